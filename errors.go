@@ -1,0 +1,100 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// Sentinel errors. Test for them with errors.Is.
+var (
+	// ErrInvalidMessage is wrapped by every *MessageError.
+	ErrInvalidMessage = errors.New("outbox: invalid message")
+	// ErrInvalidConfig is wrapped by every *ConfigError.
+	ErrInvalidConfig = errors.New("outbox: invalid configuration")
+	// ErrNotFound means no message has the given id (or none in the state the
+	// operation needs, such as dead for a dead-letter retry).
+	ErrNotFound = errors.New("outbox: message not found")
+	// ErrClosed is returned by a relay that was shut down.
+	ErrClosed = errors.New("outbox: relay closed")
+	// ErrPermanent is wrapped by errors made with Permanent.
+	ErrPermanent = errors.New("permanent failure")
+)
+
+// MessageError says which field of which message is invalid, and why.
+type MessageError struct {
+	// ID is the message id (zero if the writer had not assigned one yet).
+	ID uuid.UUID
+	// Topic is the message topic, to find the message in logs.
+	Topic string
+	// Field names the invalid field.
+	Field string
+	// Value is the offending value, shortened.
+	Value string
+	// Reason says what is wrong and how to fix it.
+	Reason string
+}
+
+func invalidMessage(m *Message, field, value, reason string) error {
+	return &MessageError{ID: m.ID, Topic: shorten(m.Topic), Field: field, Value: value, Reason: reason}
+}
+
+func (e *MessageError) Error() string {
+	s := "outbox: invalid message"
+	if e.ID != uuid.Nil {
+		s += " " + e.ID.String()
+	}
+	if e.Topic != "" && e.Field != "Topic" {
+		s += fmt.Sprintf(" (topic %q)", e.Topic)
+	}
+	if e.Value != "" {
+		return fmt.Sprintf("%s: %s %q %s", s, e.Field, e.Value, e.Reason)
+	}
+	return fmt.Sprintf("%s: %s %s", s, e.Field, e.Reason)
+}
+
+// Unwrap lets errors.Is(err, ErrInvalidMessage) match.
+func (e *MessageError) Unwrap() error { return ErrInvalidMessage }
+
+// ConfigError names an invalid configuration field, its value and the fix.
+type ConfigError struct {
+	// Field is the configuration field, e.g. "Config.BatchSize".
+	Field string
+	// Value is the rejected value.
+	Value any
+	// Fix says what to do instead.
+	Fix string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("outbox: invalid %s %v: %s", e.Field, e.Value, e.Fix)
+}
+
+// Unwrap lets errors.Is(err, ErrInvalidConfig) match.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// permanentError marks an error that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() []error {
+	return []error{e.err, ErrPermanent}
+}
+
+// Permanent marks err as permanent: a publisher or handler returns it for a
+// message that no retry can deliver (an undecodable payload, a message the
+// broker rejects as invalid). The relay dead-letters such a message at once.
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	if IsPermanent(err) {
+		return err
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err was marked with Permanent.
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }

@@ -1,0 +1,136 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Publisher sends a batch of messages to a broker, a webhook or handlers.
+//
+// Publish returns one error per message, in batch order: nil when the
+// destination confirmed the message, an error made with Permanent when no retry
+// can succeed (the relay dead-letters the message at once), any other error to
+// retry later with backoff. A result slice of the wrong length counts as a
+// retryable failure of the whole batch. Publish must respect ctx: the relay
+// cancels it before the batch's lease expires.
+//
+// A publisher may be called by several relay workers at once.
+type Publisher interface {
+	Publish(ctx context.Context, batch []Message) []error
+}
+
+// PublisherFunc adapts a function to the Publisher interface.
+type PublisherFunc func(ctx context.Context, batch []Message) []error
+
+// Publish calls f.
+func (f PublisherFunc) Publish(ctx context.Context, batch []Message) []error { return f(ctx, batch) }
+
+// Handler processes one message in-process. It may open its own transaction
+// (the "same database, different transaction" case). Returning an error made
+// with Permanent dead-letters the message; any other error retries it.
+type Handler func(ctx context.Context, m Message) error
+
+// Handlers is a Publisher that calls the handler registered for each message's
+// topic, one message at a time in batch order. A message whose topic has no
+// handler fails permanently. Register handlers before the relay starts.
+type Handlers struct {
+	mu      sync.RWMutex
+	byTopic map[string]Handler
+}
+
+// Handle registers h for topic, replacing any earlier handler.
+func (hs *Handlers) Handle(topic string, h Handler) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.byTopic == nil {
+		hs.byTopic = map[string]Handler{}
+	}
+	hs.byTopic[topic] = h
+}
+
+// Publish runs the handlers; see Handlers.
+func (hs *Handlers) Publish(ctx context.Context, batch []Message) []error {
+	errs := make([]error, len(batch))
+	for i := range batch {
+		if err := ctx.Err(); err != nil {
+			for j := i; j < len(batch); j++ {
+				errs[j] = err
+			}
+			break
+		}
+		hs.mu.RLock()
+		h := hs.byTopic[batch[i].Topic]
+		hs.mu.RUnlock()
+		if h == nil {
+			errs[i] = Permanent(fmt.Errorf("no handler for topic %q", batch[i].Topic))
+			continue
+		}
+		errs[i] = callHandler(ctx, h, batch[i])
+	}
+	return errs
+}
+
+// callHandler turns a handler's panic into a retryable error, so one bad
+// message does not kill the relay.
+func callHandler(ctx context.Context, h Handler, m Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler for topic %q panicked: %v", m.Topic, r)
+		}
+	}()
+	return h(ctx, m)
+}
+
+// JSONLines is a Publisher that writes each message as one JSON object per line
+// to a writer (os.Stdout when W is nil). It is for smoke tests, demos and
+// piping into other tools; a message counts as published once its line is
+// written.
+type JSONLines struct {
+	W  io.Writer
+	mu sync.Mutex
+}
+
+type jsonLine struct {
+	ID        string            `json:"id"`
+	Topic     string            `json:"topic"`
+	Key       string            `json:"key,omitempty"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	Payload   json.RawMessage   `json:"payload,omitempty"`
+	PayloadB  []byte            `json:"payload_base64,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	Attempts  int               `json:"attempts,omitempty"`
+}
+
+// Publish writes the batch; see JSONLines. A payload that is valid JSON is
+// embedded as is; any other payload is written base64-encoded.
+func (j *JSONLines) Publish(ctx context.Context, batch []Message) []error {
+	errs := make([]error, len(batch))
+	out := j.W
+	if out == nil {
+		out = os.Stdout
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i, m := range batch {
+		line := jsonLine{ID: m.ID.String(), Topic: m.Topic, Key: m.Key, Headers: m.Headers, CreatedAt: m.CreatedAt, Attempts: m.Attempts}
+		if json.Valid(m.Payload) {
+			line.Payload = m.Payload
+		} else {
+			line.PayloadB = m.Payload
+		}
+		b, err := json.Marshal(line)
+		if err != nil {
+			errs[i] = Permanent(err)
+			continue
+		}
+		if _, err := out.Write(append(b, '\n')); err != nil {
+			errs[i] = err
+		}
+	}
+	return errs
+}
