@@ -29,10 +29,11 @@ type Store interface {
 	// the messages are due again at once.
 	Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error
 
-	// NextDue returns when the earliest pending message becomes due (it may be
-	// in the past) and whether any pending message exists. It is the relay's
-	// idle probe: one cheap read-only query.
-	NextDue(ctx context.Context) (time.Time, bool, error)
+	// NextDue returns how long until the earliest pending message becomes
+	// due by the database's clock (zero or negative: due now), and whether
+	// any pending message exists. It is the relay's idle probe: one cheap
+	// read-only query (e.g. min(available_at) - now()).
+	NextDue(ctx context.Context) (time.Duration, bool, error)
 
 	// PurgePublished deletes up to limit published messages whose PublishedAt
 	// is older than before, and returns how many it deleted. At most one
