@@ -1,0 +1,470 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Relay publishes the messages of one outbox table. Its workers claim batches
+// under a lease, hand them to the Publisher and record each outcome; a
+// dispatcher wakes them when messages are committed (in-process signal, the
+// store's cross-process wake-up) or when a poll finds due messages. Any number
+// of relays, in one process or many, may serve the same table: leases keep
+// them from publishing the same message at once.
+type Relay struct {
+	cfg   Config
+	log   *slog.Logger
+	pub   Publisher
+	store Store
+
+	// gate wakes idle workers: the dispatcher opens it when messages may be
+	// due, a worker when it claimed a full batch (there may be more).
+	gate gate
+	// busy counts workers holding a batch; the dispatcher does not poll
+	// while any worker is busy, since a busy worker claims again by itself.
+	busy atomic.Int32
+	// activity tells the dispatcher that a worker found work, so it polls
+	// soon again (adaptive polling).
+	activity chan struct{}
+
+	mu       sync.Mutex
+	started  bool
+	stopping chan struct{}      // closed by Shutdown: claim no more
+	abort    context.CancelFunc // cancels in-flight publishing
+	done     chan struct{}      // closed when Run has returned
+}
+
+// NewRelay returns a relay that publishes store's messages with pub. It
+// returns a *ConfigError if cfg is invalid.
+func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
+	if store == nil {
+		return nil, &ConfigError{Field: "NewRelay store", Value: "nil", Fix: "pass a store, e.g. outboxpg.New(pool, outboxpg.Options{})"}
+	}
+	if pub == nil {
+		return nil, &ConfigError{Field: "NewRelay publisher", Value: "nil", Fix: "pass a Publisher, e.g. &outbox.Handlers{} or a broker publisher"}
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{
+		cfg:      cfg,
+		log:      cfg.Logger.With(slog.String("outbox_table", store.Name())),
+		pub:      pub,
+		store:    store,
+		gate:     gate{ch: make(chan struct{})},
+		activity: make(chan struct{}, 1),
+		stopping: make(chan struct{}),
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Run publishes until ctx is cancelled or Shutdown is called, and returns nil
+// then. Cancelling ctx stops at once: publishing in flight is cancelled,
+// messages the publisher already confirmed are recorded and the other leases
+// are released, so another relay can take them without waiting for the lease
+// to expire. Run may be called once.
+func (r *Relay) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return errors.New("outbox: Relay.Run called twice; create a new Relay")
+	}
+	r.started = true
+	publishCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	r.abort = abort
+	r.mu.Unlock()
+	defer close(r.done)
+	defer abort()
+
+	// A cancelled ctx aborts publishing; Shutdown only stops claiming.
+	stop := context.AfterFunc(ctx, func() {
+		r.beginStop()
+		abort()
+	})
+	defer stop()
+
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	go func() {
+		select {
+		case <-r.stopping:
+			stopLoops()
+		case <-loopCtx.Done():
+		}
+	}()
+
+	var background sync.WaitGroup
+	background.Go(func() { r.dispatch(loopCtx) })
+	if r.cfg.Retention > 0 {
+		background.Go(func() { r.cleanPublished(loopCtx) })
+	}
+
+	var workers sync.WaitGroup
+	for i := range r.cfg.Workers {
+		workers.Go(func() { r.work(publishCtx, i) })
+	}
+	r.log.Info("outbox relay started", slog.Int("workers", r.cfg.Workers), slog.Int("batch_size", r.cfg.BatchSize))
+	workers.Wait()
+	stopLoops()
+	background.Wait()
+	r.log.Info("outbox relay stopped")
+	return nil
+}
+
+// Shutdown stops claiming new batches and waits for the batches in flight to
+// be published and recorded. If ctx ends first, publishing is cancelled and
+// unfinished messages are released for other relays; Shutdown then waits for
+// that and returns ctx's error. Calling Shutdown before Run, or twice, is safe.
+func (r *Relay) Shutdown(ctx context.Context) error {
+	r.beginStop()
+	r.mu.Lock()
+	started := r.started
+	r.mu.Unlock()
+	if !started {
+		return nil
+	}
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		r.abort()
+		r.mu.Unlock()
+		<-r.done
+		return ctx.Err()
+	}
+}
+
+func (r *Relay) beginStop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.stopping:
+	default:
+		close(r.stopping)
+	}
+}
+
+func (r *Relay) isStopping() bool {
+	select {
+	case <-r.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// work is one worker's loop: record the previous batch's outcomes and claim the
+// next batch in one Exchange, publish, repeat; wait at the gate when there is
+// nothing to claim.
+func (r *Relay) work(ctx context.Context, worker int) {
+	log := r.log.With(slog.Int("worker", worker))
+	var settle Settlement
+	retry := newErrorBackoff()
+	for {
+		// Take the gate's channel before claiming: an opening that happens
+		// while the claim runs is then not missed.
+		wake := r.gate.wait()
+		stopping := r.isStopping()
+		claim := Claim{Limit: r.cfg.BatchSize, Lease: r.cfg.LeaseDuration, Token: uuid.New()}
+		if stopping {
+			claim.Limit = 0
+		}
+		if stopping && settle.Empty() {
+			return
+		}
+		storeCtx, cancel := r.storeCtx(ctx)
+		batch, err := r.store.Exchange(storeCtx, settle, claim)
+		cancel()
+		if err != nil {
+			// The settlement is kept and sent again: outcomes apply only to
+			// messages still leased to its token, so a repeat is harmless.
+			log.Warn("outbox relay: exchange failed", slog.Any("error", err), slog.Int("pending_outcomes", len(settle.Published)+len(settle.Retry)+len(settle.Dead)))
+			if stopping {
+				// Keep trying to record the outcomes until publishing is
+				// aborted (Run's ctx cancelled, or Shutdown's deadline).
+				if !retry.sleep(ctx, nil) {
+					return
+				}
+				continue
+			}
+			retry.sleep(ctx, r.stopping)
+			continue
+		}
+		retry.reset()
+		settle = Settlement{}
+		if stopping {
+			return
+		}
+		if len(batch) == 0 {
+			select {
+			case <-wake:
+			case <-r.stopping:
+			}
+			continue
+		}
+		if len(batch) == claim.Limit {
+			r.gate.open() // there may be more: let idle workers help
+		}
+		r.busy.Add(1)
+		select {
+		case r.activity <- struct{}{}:
+		default:
+		}
+		settle = r.publish(ctx, claim.Token, batch)
+		r.busy.Add(-1)
+	}
+}
+
+// storeCtx lets the final settlement and releases run after ctx was cancelled,
+// for a bounded time, so a stopping relay leaves no lease behind.
+func (r *Relay) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() == nil {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}
+
+// publish hands batch to the publisher and turns its results into a
+// settlement. Messages left unpublished because the relay is stopping are
+// released at once instead of counting a failed attempt.
+func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) Settlement {
+	// Stop publishing before the lease ends, so no other relay can claim a
+	// message this one is still publishing.
+	pubCtx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration*9/10)
+	results := r.pub.Publish(pubCtx, batch)
+	cancel()
+	if len(results) != len(batch) {
+		err := fmt.Errorf("publisher returned %d results for %d messages", len(results), len(batch))
+		r.log.Error("outbox relay: broken publisher", slog.Any("error", err))
+		results = make([]error, len(batch))
+		for i := range results {
+			results[i] = err
+		}
+	}
+	settle := Settlement{Token: token, KeepPublished: r.cfg.Retention > 0}
+	var release []uuid.UUID
+	aborted := ctx.Err() != nil
+	for i, err := range results {
+		m := &batch[i]
+		switch {
+		case err == nil:
+			settle.Published = append(settle.Published, m.ID)
+		case aborted && !IsPermanent(err):
+			release = append(release, m.ID)
+		case IsPermanent(err):
+			settle.Dead = append(settle.Dead, Failure{ID: m.ID, Error: err.Error()})
+			r.log.Warn("outbox relay: message dead-lettered (permanent error)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
+		case m.Attempts+1 >= r.cfg.MaxAttempts:
+			msg := fmt.Sprintf("attempt %d of %d: %v", m.Attempts+1, r.cfg.MaxAttempts, err)
+			settle.Dead = append(settle.Dead, Failure{ID: m.ID, Error: msg})
+			r.log.Warn("outbox relay: message dead-lettered (attempts exhausted)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
+		default:
+			settle.Retry = append(settle.Retry, Retry{ID: m.ID, Delay: r.retryDelay(m.Attempts + 1), Error: err.Error()})
+		}
+	}
+	if len(release) > 0 {
+		storeCtx, cancel := r.storeCtx(ctx)
+		defer cancel()
+		if err := r.store.Release(storeCtx, token, release); err != nil {
+			r.log.Warn("outbox relay: releasing leases failed; they expire by themselves", slog.Any("error", err), slog.Int("messages", len(release)))
+		}
+	}
+	return settle
+}
+
+// retryDelay draws the delay after the failed attempt number attempt (1 for
+// the first failure): uniform in [0, min(BackoffMax, BackoffBase*2^(attempt-1))].
+func (r *Relay) retryDelay(attempt int) time.Duration {
+	return fullJitter(r.cfg.BackoffBase, r.cfg.BackoffMax, attempt)
+}
+
+// BackoffCap returns the upper bound of the delay before the retry that follows
+// the failed attempt number attempt (1-based), for the given base and max:
+// min(max, base*2^(attempt-1)). The relay draws each delay uniformly between
+// zero and this cap.
+func BackoffCap(base, max time.Duration, attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	c := base
+	for i := 1; i < attempt; i++ {
+		if c >= max/2 {
+			return max
+		}
+		c *= 2
+	}
+	return min(c, max)
+}
+
+func fullJitter(base, max time.Duration, attempt int) time.Duration {
+	c := BackoffCap(base, max, attempt)
+	if c <= 0 {
+		return 0
+	}
+	return rand.N(c + 1)
+}
+
+// dispatch decides when workers should look for work: at once when a writer in
+// this process or (through the store) in another process signals a commit;
+// otherwise after a poll finds due messages. It polls soon after activity and
+// backs off to PollInterval when idle, and not at all while workers are busy.
+func (r *Relay) dispatch(ctx context.Context) {
+	inProcess, unsubscribe := wakeTopicFor(r.store.Name()).subscribe()
+	defer unsubscribe()
+
+	listened := make(chan struct{}, 1)
+	if l, ok := r.store.(WriteListener); ok && !r.cfg.DisableListen {
+		go func() {
+			err := l.ListenForWrites(ctx, func() {
+				select {
+				case listened <- struct{}{}:
+				default:
+				}
+			})
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("outbox relay: cross-process wake-up unavailable; polling", slog.Any("error", err))
+			}
+		}()
+	}
+
+	// The workers look once at start; the first poll comes a full interval
+	// later unless they find work.
+	delay := r.cfg.PollInterval
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	reset := func(d time.Duration) {
+		timer.Stop()
+		select {
+		case <-timer.C:
+		default:
+		}
+		timer.Reset(d)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-inProcess:
+			r.gate.open()
+			delay = r.cfg.ActivePollInterval
+			reset(delay)
+		case <-listened:
+			r.gate.open()
+			delay = r.cfg.ActivePollInterval
+			reset(delay)
+		case <-r.activity:
+			delay = r.cfg.ActivePollInterval
+		case <-timer.C:
+			if r.busy.Load() > 0 {
+				timer.Reset(delay)
+				continue
+			}
+			next := r.probe(ctx)
+			delay = min(delay*2, r.cfg.PollInterval)
+			timer.Reset(min(delay, next))
+		}
+	}
+}
+
+// probe asks the store when the next message is due, opens the gate if one is
+// due now, and returns how long to wait at most before the next look.
+func (r *Relay) probe(ctx context.Context) time.Duration {
+	wait, ok, err := r.store.NextDue(ctx)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			r.log.Warn("outbox relay: poll failed", slog.Any("error", err))
+		}
+		return r.cfg.PollInterval
+	case !ok:
+		return r.cfg.PollInterval
+	case wait <= 0:
+		r.gate.open()
+		return r.cfg.PollInterval
+	default:
+		// A retry or scheduled message is due before the next poll: look
+		// just then.
+		return wait + time.Millisecond
+	}
+}
+
+// cleanPublished deletes published messages older than Retention, in bounded
+// batches, while the relay runs. The store lets one relay at a time do it.
+func (r *Relay) cleanPublished(ctx context.Context) {
+	interval := min(max(r.cfg.Retention/10, time.Second), time.Minute)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		for {
+			n, err := r.store.PurgePublished(ctx, time.Now().Add(-r.cfg.Retention), r.cfg.RetentionBatch)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("outbox relay: cleanup of published messages failed", slog.Any("error", err))
+				}
+				break
+			}
+			if n < r.cfg.RetentionBatch {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// gate is a broadcast signal that can fire many times: wait returns a channel
+// closed by the next open.
+type gate struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (g *gate) wait() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ch
+}
+
+func (g *gate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	close(g.ch)
+	g.ch = make(chan struct{})
+}
+
+// errorBackoff paces retries after store errors (database down): 100 ms
+// doubling to 5 s.
+type errorBackoff struct{ next time.Duration }
+
+func newErrorBackoff() *errorBackoff { return &errorBackoff{next: 100 * time.Millisecond} }
+
+func (b *errorBackoff) reset() { b.next = 100 * time.Millisecond }
+
+// sleep waits for the next backoff step; it returns false if stop closed or
+// ctx ended first.
+func (b *errorBackoff) sleep(ctx context.Context, stop <-chan struct{}) bool {
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	b.next = min(b.next*2, 5*time.Second)
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
