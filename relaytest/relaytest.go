@@ -1,0 +1,225 @@
+// Package relaytest is the relay-level conformance suite: it runs real relays
+// against a store and checks the guarantees of the design end to end (rolled-back
+// messages never published, every committed message published exactly once
+// without crashes, retries and dead letters, wake-up latency, idle cost,
+// shutdown). Every store runs it with a Harness of its own.
+package relaytest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-outbox/outbox"
+	"github.com/google/uuid"
+)
+
+// Harness gives the suite one fresh, migrated, isolated outbox table.
+type Harness struct {
+	// Store is the table's store; it must implement outbox.Admin too.
+	Store outbox.Store
+	// Write inserts msgs in one new transaction and commits it when commit
+	// is true (rolls back otherwise). It must not wake relays by itself.
+	Write func(ctx context.Context, commit bool, msgs ...*outbox.Message) error
+	// Notify wakes the relays of this process serving the table, as
+	// Writer.Notify does after a commit.
+	Notify func()
+	// Statements returns how many statements the store has sent to the
+	// database so far (nil if the store cannot count them).
+	Statements func() int64
+	// Scale shrinks the large tests for slow stores: 1 is full size.
+	Scale float64
+}
+
+// Run runs the suite; newHarness is called once per test.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+	t.Run("RolledBackMessageIsNeverPublishedCommittedOneIs", func(t *testing.T) {
+		t.Parallel()
+		testRollback(t, newHarness(t))
+	})
+	t.Run("ConcurrentWritersAndRelaysPublishEveryMessageExactlyOnce", func(t *testing.T) {
+		t.Parallel()
+		testConcurrent(t, newHarness(t))
+	})
+	t.Run("FailuresAreRetriedWithBackoffThenDeadLetteredAndRetryable", func(t *testing.T) {
+		t.Parallel()
+		testFailures(t, newHarness(t))
+	})
+	t.Run("InProcessSignalWakesRelayLongBeforeThePollInterval", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		testWakeLatency(t, h, outbox.Config{DisableListen: true}, func(ctx context.Context, m *outbox.Message) error {
+			if err := h.Write(ctx, true, m); err != nil {
+				return err
+			}
+			h.Notify()
+			return nil
+		})
+	})
+	t.Run("PollOnlyRelayStillDelivers", func(t *testing.T) {
+		t.Parallel()
+		testPollOnly(t, newHarness(t))
+	})
+	t.Run("IdleRelaySendsAtMostOneQueryPerPollInterval", func(t *testing.T) {
+		t.Parallel()
+		testIdle(t, newHarness(t))
+	})
+	t.Run("ShutdownFinishesInFlightBatches", func(t *testing.T) {
+		t.Parallel()
+		testShutdownFinishes(t, newHarness(t))
+	})
+	t.Run("ShutdownDeadlineReleasesLeasesAtOnce", func(t *testing.T) {
+		t.Parallel()
+		testShutdownReleases(t, newHarness(t))
+	})
+	t.Run("RetentionKeepsPublishedMessagesThenCleansThemUp", func(t *testing.T) {
+		t.Parallel()
+		testRetention(t, newHarness(t))
+	})
+}
+
+// Recorder is a publisher that counts how often each message was published
+// and can be told to fail.
+type Recorder struct {
+	mu     sync.Mutex
+	counts map[uuid.UUID]int
+	last   map[uuid.UUID]outbox.Message
+	order  []uuid.UUID
+	// Fail, if set, decides each message's result; nil means success.
+	Fail func(m outbox.Message) error
+	// changed is signalled after each publish, for waiting without sleeps.
+	changed chan struct{}
+}
+
+// NewRecorder returns an empty Recorder.
+func NewRecorder() *Recorder {
+	return &Recorder{counts: map[uuid.UUID]int{}, last: map[uuid.UUID]outbox.Message{}, changed: make(chan struct{}, 1)}
+}
+
+// Publish records the batch.
+func (r *Recorder) Publish(ctx context.Context, batch []outbox.Message) []error {
+	errs := make([]error, len(batch))
+	r.mu.Lock()
+	for i, m := range batch {
+		if r.Fail != nil {
+			errs[i] = r.Fail(m)
+		}
+		if errs[i] == nil {
+			r.counts[m.ID]++
+			r.last[m.ID] = m
+			r.order = append(r.order, m.ID)
+		}
+	}
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+	return errs
+}
+
+// Count returns how often id was published.
+func (r *Recorder) Count(id uuid.UUID) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.counts[id]
+}
+
+// Distinct returns how many different messages were published.
+func (r *Recorder) Distinct() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.counts)
+}
+
+// Published returns the last published copy of id.
+func (r *Recorder) Published(id uuid.UUID) (outbox.Message, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.last[id]
+	return m, ok
+}
+
+// WaitFor waits until cond holds, checking after each publish and every 20 ms,
+// and fails the test with what after timeout.
+func (r *Recorder) WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		select {
+		case <-r.changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// startRelay runs a relay until the test ends and returns it.
+func startRelay(t *testing.T, store outbox.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
+	t.Helper()
+	relay, err := outbox.NewRelay(store, pub, cfg)
+	if err != nil {
+		t.Fatalf("NewRelay: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Relay.Run returned %v after cancel, want nil", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Relay.Run did not return within 30s of cancel")
+		}
+	})
+	return relay
+}
+
+func admin(t *testing.T, h Harness) outbox.Admin {
+	t.Helper()
+	a, ok := h.Store.(outbox.Admin)
+	if !ok {
+		t.Fatalf("store %T does not implement outbox.Admin", h.Store)
+	}
+	return a
+}
+
+func newMessage(topic string, i int) *outbox.Message {
+	return &outbox.Message{Topic: topic, Key: fmt.Sprintf("k%d", i%16), Payload: fmt.Appendf(nil, `{"n":%d}`, i), Headers: map[string]string{"n": fmt.Sprint(i)}}
+}
+
+func scaled(h Harness, n int) int {
+	if h.Scale <= 0 || h.Scale >= 1 {
+		return n
+	}
+	return max(int(float64(n)*h.Scale), 1)
+}
+
+// waitEmpty waits until the table has nothing pending.
+func waitEmpty(t *testing.T, h Harness, timeout time.Duration) {
+	t.Helper()
+	a := admin(t, h)
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := a.Stats(context.Background())
+		if err != nil {
+			t.Fatalf("Stats: %v", err)
+		}
+		if st.Pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, %d messages are still pending (%d in flight, %d dead)", timeout, st.Pending, st.InFlight, st.Dead)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,428 @@
+package relaytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-outbox/outbox"
+	"github.com/google/uuid"
+)
+
+func testRollback(t *testing.T, h Harness) {
+	ctx := context.Background()
+	rolledBack, committed := newMessage("rollback", 1), newMessage("commit", 2)
+	if err := h.Write(ctx, false, rolledBack); err != nil {
+		t.Fatalf("write and roll back: %v", err)
+	}
+	if err := h.Write(ctx, true, committed); err != nil {
+		t.Fatalf("write and commit: %v", err)
+	}
+	rec := NewRecorder()
+	startRelay(t, h.Store, rec, outbox.Config{PollInterval: 50 * time.Millisecond})
+	rec.WaitFor(t, 10*time.Second, "the committed message "+committed.ID.String(), func() bool { return rec.Count(committed.ID) == 1 })
+	waitEmpty(t, h, 10*time.Second)
+	if n := rec.Count(rolledBack.ID); n != 0 {
+		t.Fatalf("rolled-back message %s was published %d times, want never", rolledBack.ID, n)
+	}
+	if _, err := admin(t, h).Get(ctx, rolledBack.ID); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("Get(rolled-back %s) = %v, want ErrNotFound", rolledBack.ID, err)
+	}
+	got, _ := rec.Published(committed.ID)
+	if got.Topic != committed.Topic || got.Key != committed.Key || string(got.Payload) != string(committed.Payload) || got.Headers["n"] != "2" {
+		t.Fatalf("published %+v, want the fields of %+v", got, committed)
+	}
+}
+
+func testConcurrent(t *testing.T, h Harness) {
+	ctx := context.Background()
+	const writers, relays = 8, 4
+	total := scaled(h, 20000)
+	perWriter := total / writers
+	total = perWriter * writers
+	rec := NewRecorder()
+	for range relays {
+		startRelay(t, h.Store, rec, outbox.Config{BatchSize: 100, Workers: 2, PollInterval: 50 * time.Millisecond})
+	}
+	ids := make(chan uuid.UUID, total)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			const perTx = 10
+			for i := 0; i < perWriter; i += perTx {
+				var msgs []*outbox.Message
+				for j := i; j < min(i+perTx, perWriter); j++ {
+					msgs = append(msgs, newMessage("concurrent", w*perWriter+j))
+				}
+				if err := h.Write(ctx, true, msgs...); err != nil {
+					errs <- fmt.Errorf("writer %d: %w", w, err)
+					return
+				}
+				h.Notify()
+				for _, m := range msgs {
+					ids <- m.ID
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	close(ids)
+	rec.WaitFor(t, 3*time.Minute, fmt.Sprintf("%d distinct messages published", total), func() bool { return rec.Distinct() >= total })
+	waitEmpty(t, h, 30*time.Second)
+	seen := 0
+	for id := range ids {
+		seen++
+		if n := rec.Count(id); n != 1 {
+			t.Errorf("message %s was published %d times, want exactly once", id, n)
+		}
+	}
+	if seen != total || rec.Distinct() != total {
+		t.Fatalf("wrote %d messages, published %d distinct, want %d", seen, rec.Distinct(), total)
+	}
+}
+
+func testFailures(t *testing.T, h Harness) {
+	ctx := context.Background()
+	a := admin(t, h)
+	flaky, poison := newMessage("flaky", 1), newMessage("poison", 2)
+	if err := h.Write(ctx, true, flaky, poison); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	healthy := false
+	var failedAt []time.Time
+	rec := NewRecorder()
+	rec.Fail = func(m outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case healthy:
+			return nil
+		case m.Topic == "poison":
+			return outbox.Permanent(errors.New("cannot decode payload"))
+		default:
+			failedAt = append(failedAt, time.Now())
+			return fmt.Errorf("broker said no (%d)", len(failedAt))
+		}
+	}
+	const base, maxDelay, attempts = 300 * time.Millisecond, 400 * time.Millisecond, 3
+	cfg := outbox.Config{MaxAttempts: attempts, BackoffBase: base, BackoffMax: maxDelay, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond, Workers: 1}
+
+	// The spy reads the stored row right after the first failure is recorded,
+	// before the retry can claim it again.
+	spy := &settlementSpy{Store: h.Store, admin: a, watch: flaky.ID, captured: make(chan struct{})}
+	startRelay(t, spy, rec, cfg)
+	select {
+	case <-spy.captured:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first failure was never recorded")
+	}
+	stored := spy.row
+	const clockSlack = 50 * time.Millisecond
+	if spy.err != nil {
+		t.Fatalf("Get(%s) after the first failure: %v", flaky.ID, spy.err)
+	}
+	if stored.Attempts != 1 || stored.Status != outbox.StatusPending || !strings.Contains(stored.LastError, "broker said no (1)") {
+		t.Fatalf("after one failure message %s has attempts %d, status %s, last error %q; want 1, pending, the broker's error", flaky.ID, stored.Attempts, stored.Status, stored.LastError)
+	}
+	capOne := outbox.BackoffCap(base, maxDelay, 1)
+	if spy.delay < 0 || spy.delay > capOne {
+		t.Fatalf("retry delay after the first failure %v, want within the full-jitter bounds [0, %v]", spy.delay, capOne)
+	}
+	if earliest, latest := spy.before.Add(-clockSlack), spy.after.Add(capOne+clockSlack); stored.AvailableAt.Before(earliest) || stored.AvailableAt.After(latest) {
+		t.Fatalf("message %s next attempt at %v, want within [%v, %v] (the recording time plus the jitter cap %v)", flaky.ID, stored.AvailableAt, earliest, latest, capOne)
+	}
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m, err := a.Get(ctx, flaky.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status == outbox.StatusDead {
+			if m.Attempts != attempts || !strings.Contains(m.LastError, fmt.Sprintf("attempt %d of %d", attempts, attempts)) {
+				t.Fatalf("dead message %s has attempts %d and error %q, want %d attempts and the last error", flaky.ID, m.Attempts, m.LastError, attempts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("message %s still %s after %d attempts", flaky.ID, m.Status, m.Attempts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	times := slices.Clone(failedAt)
+	mu.Unlock()
+	if len(times) != attempts {
+		t.Fatalf("publisher failed %d times, want exactly MaxAttempts=%d", len(times), attempts)
+	}
+	// Each retry came no later than its jitter cap plus what polling allows.
+	for i := 1; i < len(times); i++ {
+		if gap, limit := times[i].Sub(times[i-1]), outbox.BackoffCap(base, maxDelay, i)+time.Second; gap > limit {
+			t.Errorf("retry %d came %v after the failure before it, want at most %v", i, gap, limit)
+		}
+	}
+	if rec.Count(flaky.ID) != 0 || rec.Count(poison.ID) != 0 {
+		t.Fatal("a failed message was recorded as published")
+	}
+
+	// An operator retries both; the broker is healthy again.
+	mu.Lock()
+	healthy = true
+	mu.Unlock()
+	n, err := a.RetryDead(ctx, flaky.ID, poison.ID)
+	if err != nil || n != 2 {
+		t.Fatalf("RetryDead = %d, %v; want 2, nil", n, err)
+	}
+	rec.WaitFor(t, 10*time.Second, "retried dead messages to be published", func() bool {
+		return rec.Count(flaky.ID) == 1 && rec.Count(poison.ID) == 1
+	})
+}
+
+func testWakeLatency(t *testing.T, h Harness, cfg outbox.Config, write func(ctx context.Context, m *outbox.Message) error) {
+	ctx := context.Background()
+	rec := NewRecorder()
+	// Polls are an hour apart: only the wake-up can deliver in time.
+	cfg.PollInterval, cfg.ActivePollInterval = time.Hour, time.Hour
+	startRelay(t, h.Store, rec, cfg)
+	waitIdle(t, h)
+	var latencies []time.Duration
+	for i := range 5 {
+		m := newMessage("wake", i)
+		start := time.Now()
+		if err := write(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		rec.WaitFor(t, 5*time.Second, "message "+m.ID.String()+" to be published after its commit", func() bool { return rec.Count(m.ID) == 1 })
+		latencies = append(latencies, time.Since(start))
+	}
+	slices.Sort(latencies)
+	t.Logf("commit-to-publish latencies: %v (median %v)", latencies, latencies[len(latencies)/2])
+	// The bound is generous for a loaded CI machine; the measured median is
+	// logged above and is typically a few milliseconds.
+	if median := latencies[len(latencies)/2]; median > time.Second {
+		t.Fatalf("median commit-to-publish latency %v, want well under a second", median)
+	}
+}
+
+// TestWakeLatency is testWakeLatency for store packages that test their own
+// cross-process wake-up: write must commit m without waking relays in-process.
+func TestWakeLatency(t *testing.T, h Harness, cfg outbox.Config, write func(ctx context.Context, m *outbox.Message) error) {
+	testWakeLatency(t, h, cfg, write)
+}
+
+// waitIdle lets a just-started relay finish its first look at the table, so
+// a latency measurement starts from an idle relay.
+func waitIdle(t *testing.T, h Harness) {
+	t.Helper()
+	if h.Statements == nil {
+		time.Sleep(200 * time.Millisecond)
+		return
+	}
+	last := h.Statements()
+	for range 100 {
+		time.Sleep(20 * time.Millisecond)
+		now := h.Statements()
+		if now == last && now > 0 {
+			return
+		}
+		last = now
+	}
+}
+
+func testPollOnly(t *testing.T, h Harness) {
+	ctx := context.Background()
+	rec := NewRecorder()
+	startRelay(t, h.Store, rec, outbox.Config{DisableListen: true, PollInterval: 100 * time.Millisecond})
+	m := newMessage("poll", 1)
+	if err := h.Write(ctx, true, m); err != nil { // no Notify: only the poll finds it
+		t.Fatal(err)
+	}
+	rec.WaitFor(t, 10*time.Second, "the poll to find "+m.ID.String(), func() bool { return rec.Count(m.ID) == 1 })
+}
+
+func testIdle(t *testing.T, h Harness) {
+	if h.Statements == nil {
+		t.Skip("the store cannot count statements")
+	}
+	const interval, window = 200 * time.Millisecond, 3 * time.Second
+	rec := NewRecorder()
+	startRelay(t, h.Store, rec, outbox.Config{PollInterval: interval, Workers: 4})
+	waitIdle(t, h)
+	before := h.Statements()
+	time.Sleep(window) // measuring what happens over a stretch of idle time
+	sent := h.Statements() - before
+	// One probe per interval, plus one for the interval the window may
+	// straddle.
+	limit := int64(window/interval) + 1
+	t.Logf("idle relay sent %d statements in %v (poll interval %v, limit %d)", sent, window, interval, limit)
+	if sent > limit {
+		t.Fatalf("idle relay sent %d statements in %v, want at most %d (one read-only probe per poll interval)", sent, window, limit)
+	}
+	if sent < limit/2 {
+		t.Fatalf("idle relay sent only %d statements in %v: it is not polling every %v", sent, window, interval)
+	}
+}
+
+func testShutdownFinishes(t *testing.T, h Harness) {
+	ctx := context.Background()
+	m := newMessage("slow", 1)
+	if err := h.Write(ctx, true, m); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	rec := NewRecorder()
+	slow := outbox.PublisherFunc(func(ctx context.Context, batch []outbox.Message) []error {
+		close(entered)
+		<-release
+		return rec.Publish(ctx, batch)
+	})
+	relay, err := outbox.NewRelay(h.Store, slow, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- relay.Run(ctx) }()
+	<-entered
+	shutdownDone := make(chan error, 1)
+	go func() { shutdownDone <- relay.Shutdown(ctx) }()
+	select {
+	case err := <-shutdownDone:
+		t.Fatalf("Shutdown returned %v while a batch was still publishing", err)
+	case <-time.After(100 * time.Millisecond): // Shutdown must still be waiting
+	}
+	close(release)
+	if err := <-shutdownDone; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if err := <-runDone; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rec.Count(m.ID) != 1 {
+		t.Fatalf("message %s published %d times, want once", m.ID, rec.Count(m.ID))
+	}
+	if _, err := admin(t, h).Get(ctx, m.ID); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("after a clean shutdown, Get(%s) = %v; want it deleted as published", m.ID, err)
+	}
+}
+
+func testShutdownReleases(t *testing.T, h Harness) {
+	ctx := context.Background()
+	m := newMessage("stuck", 1)
+	if err := h.Write(ctx, true, m); err != nil {
+		t.Fatal(err)
+	}
+	entered := make(chan struct{})
+	stuck := outbox.PublisherFunc(func(ctx context.Context, batch []outbox.Message) []error {
+		close(entered)
+		<-ctx.Done() // a broker that never answers
+		errs := make([]error, len(batch))
+		for i := range errs {
+			errs[i] = ctx.Err()
+		}
+		return errs
+	})
+	relay, err := outbox.NewRelay(h.Store, stuck, outbox.Config{LeaseDuration: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- relay.Run(ctx) }()
+	<-entered
+	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := relay.Shutdown(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown past its deadline = %v, want context.DeadlineExceeded", err)
+	}
+	<-runDone
+	got, err := admin(t, h).Get(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Attempts != 0 || got.Status != outbox.StatusPending {
+		t.Fatalf("released message %s: attempts %d, status %s; want 0 attempts (a shutdown is no failure), pending", m.ID, got.Attempts, got.Status)
+	}
+	wait, ok, err := h.Store.NextDue(ctx)
+	if err != nil || !ok || wait > 0 {
+		t.Fatalf("NextDue after shutdown = %v, %v, %v; want the released message due at once, not after its one-hour lease", wait, ok, err)
+	}
+}
+
+func testRetention(t *testing.T, h Harness) {
+	ctx := context.Background()
+	a := admin(t, h)
+	msgs := []*outbox.Message{newMessage("kept", 1), newMessage("kept", 2)}
+	if err := h.Write(ctx, true, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	rec := NewRecorder()
+	const retention = 1500 * time.Millisecond
+	startRelay(t, h.Store, rec, outbox.Config{Retention: retention, PollInterval: 50 * time.Millisecond})
+	rec.WaitFor(t, 10*time.Second, "both messages published", func() bool { return rec.Distinct() == 2 })
+	waitEmpty(t, h, 10*time.Second)
+	for _, m := range msgs {
+		got, err := a.Get(ctx, m.ID)
+		if err != nil {
+			t.Fatalf("published message %s with retention on: %v, want it kept", m.ID, err)
+		}
+		if got.Status != outbox.StatusPublished || got.PublishedAt.IsZero() {
+			t.Fatalf("kept message %s: status %s, published at %v; want published with its time", m.ID, got.Status, got.PublishedAt)
+		}
+	}
+	deadline := time.Now().Add(retention + 15*time.Second)
+	for _, m := range msgs {
+		for {
+			_, err := a.Get(ctx, m.ID)
+			if errors.Is(err, outbox.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("message %s still kept %v after publishing, retention is %v (err %v)", m.ID, time.Since(deadline.Add(-15*time.Second)), retention, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// settlementSpy records, once, the stored state of one message right after
+// the relay recorded a retry for it.
+type settlementSpy struct {
+	outbox.Store
+	admin    outbox.Admin
+	watch    uuid.UUID
+	once     sync.Once
+	captured chan struct{}
+
+	before, after time.Time
+	delay         time.Duration
+	row           outbox.Message
+	err           error
+}
+
+func (s *settlementSpy) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
+	before := time.Now()
+	batch, err := s.Store.Exchange(ctx, settle, claim)
+	if err != nil {
+		return batch, err
+	}
+	for _, r := range settle.Retry {
+		if r.ID == s.watch {
+			s.once.Do(func() {
+				s.before, s.after, s.delay = before, time.Now(), r.Delay
+				s.row, s.err = s.admin.Get(ctx, r.ID)
+				close(s.captured)
+			})
+		}
+	}
+	return batch, nil
+}
