@@ -1,0 +1,216 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/go-outbox/outbox"
+)
+
+func newDeadCommand(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead",
+		Short: "List, inspect, retry or discard dead-lettered messages",
+	}
+	cmd.AddCommand(newDeadListCommand(g), newDeadShowCommand(g), newDeadRetryCommand(g), newDeadDiscardCommand(g))
+	return cmd
+}
+
+func newDeadListCommand(g *globalFlags) *cobra.Command {
+	var (
+		limit int
+		after string
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List dead messages in id order",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return usagef("--limit %d: use a positive number", limit)
+			}
+			afterID := uuid.Nil
+			if after != "" {
+				id, err := parseID(after)
+				if err != nil {
+					return err
+				}
+				afterID = id
+			}
+			b, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			msgs, err := b.admin.ListDead(cmd.Context(), afterID, limit)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tATTEMPTS\tCREATED\tLAST ERROR")
+			for _, m := range msgs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", m.ID, m.Topic, m.Key, m.Attempts, m.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"), oneLine(m.LastError, 80))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(msgs) == limit {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more may follow: outbox dead list --after %s\n", msgs[len(msgs)-1].ID)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 100, "most messages to list")
+	cmd.Flags().StringVar(&after, "after", "", "list messages after this id (paging)")
+	return cmd
+}
+
+func newDeadShowCommand(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Print one message, payload included, as JSON",
+		Args:  exactArgs(1, "give one message id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseID(args[0])
+			if err != nil {
+				return err
+			}
+			b, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			m, err := b.admin.Get(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(showMessage(m))
+		},
+	}
+}
+
+func showMessage(m outbox.Message) map[string]any {
+	out := map[string]any{
+		"id": m.ID, "topic": m.Topic, "key": m.Key, "headers": m.Headers, "status": m.Status,
+		"attempts": m.Attempts, "last_error": m.LastError, "created_at": m.CreatedAt, "available_at": m.AvailableAt,
+	}
+	if json.Valid(m.Payload) {
+		out["payload"] = json.RawMessage(m.Payload)
+	} else {
+		out["payload_base64"] = m.Payload
+	}
+	if !m.PublishedAt.IsZero() {
+		out["published_at"] = m.PublishedAt
+	}
+	return out
+}
+
+func newDeadRetryCommand(g *globalFlags) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "retry (ID... | --all)",
+		Short: "Make dead messages pending again, with their attempts reset",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := idsOrAll(args, all)
+			if err != nil {
+				return err
+			}
+			b, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			n, err := b.admin.RetryDead(cmd.Context(), ids...)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d message(s) pending again\n", n)
+			return missing(len(ids), n, "dead")
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "retry every dead message")
+	return cmd
+}
+
+func newDeadDiscardCommand(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "discard ID...",
+		Short: "Delete dead messages for good",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ids, err := idsOrAll(args, false)
+			if err != nil {
+				return err
+			}
+			b, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			n, err := b.admin.DiscardDead(cmd.Context(), ids...)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d message(s) discarded\n", n)
+			return missing(len(ids), n, "dead")
+		},
+	}
+}
+
+func idsOrAll(args []string, all bool) ([]uuid.UUID, error) {
+	switch {
+	case all && len(args) > 0:
+		return nil, usagef("give message ids or --all, not both")
+	case !all && len(args) == 0:
+		return nil, usagef("give one or more message ids, or --all")
+	}
+	ids := make([]uuid.UUID, 0, len(args))
+	for _, a := range args {
+		id, err := parseID(a)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// missing reports ids that matched no message in the needed state.
+func missing(asked, changed int, state string) error {
+	if asked > 0 && changed < asked {
+		return fmt.Errorf("%d of %d id(s) matched no %s message; check them with `outbox dead list`", asked-changed, asked, state)
+	}
+	return nil
+}
+
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, usagef("%q is not a message id (a UUID such as 0190f1e2-7c3a-7d40-8a1b-2c3d4e5f6a7b)", s)
+	}
+	return id, nil
+}
+
+func exactArgs(n int, hint string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef("%s: %s", cmd.CommandPath(), hint)
+		}
+		return nil
+	}
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		return s[:max-3] + "..."
+	}
+	return s
+}

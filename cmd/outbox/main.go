@@ -1,0 +1,85 @@
+// Command outbox operates transactional outbox tables: it migrates the schema,
+// runs a relay, shows status, manages dead letters and sends messages by hand.
+//
+// Every command takes the database from --database-url or DATABASE_URL.
+// Errors are printed as one line on stderr with a non-zero exit code; database
+// passwords never appear in output.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the CLI with args and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		msg := redact(err.Error())
+		if !strings.HasPrefix(msg, "outbox") {
+			msg = "outbox: " + msg
+		}
+		fmt.Fprintln(stderr, msg)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// usageError marks errors in how the command was called (exit code 2).
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// globalFlags are the flags every command shares.
+type globalFlags struct {
+	databaseURL string
+	schema      string
+	table       string
+	logLevel    string
+}
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:           "outbox",
+		Short:         "Operate transactional outbox tables",
+		Long:          "outbox migrates outbox tables, relays their messages to a publisher, shows their status and manages dead letters.",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.databaseURL, "database-url", "", "database URL, e.g. postgres://user@host:5432/db (default $DATABASE_URL)")
+	pf.StringVar(&g.schema, "schema", "", "schema of the outbox table (default public)")
+	pf.StringVar(&g.table, "table", "", "name of the outbox table (default outbox)")
+	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.AddCommand(
+		newMigrateCommand(g),
+		newRelayCommand(g),
+		newStatusCommand(g),
+		newDeadCommand(g),
+		newSendCommand(g),
+	)
+	return root
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/go-outbox/outbox"
+)
+
+func newRelayCommand(g *globalFlags) *cobra.Command {
+	var (
+		cfg             outbox.Config
+		publisherURL    string
+		shutdownTimeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Publish the table's messages until interrupted",
+		Long: `relay claims due messages in batches, publishes them and records the outcome,
+until SIGINT or SIGTERM; then it finishes the batches in flight (or releases them
+after --shutdown-timeout) and exits.
+
+Publishers: stdout: (one JSON object per line).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logger, err := newLogger(g.logLevel, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger
+			pub, err := openPublisher(publisherURL, cmd)
+			if err != nil {
+				return err
+			}
+			b, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			relay, err := outbox.NewRelay(b.store, pub, cfg)
+			if err != nil {
+				return err
+			}
+			// Run on a context that is not cancelled by the signal: a signal
+			// asks for a graceful Shutdown instead.
+			runCtx, abort := context.WithCancel(context.WithoutCancel(cmd.Context()))
+			defer abort()
+			done := make(chan error, 1)
+			go func() { done <- relay.Run(runCtx) }()
+			select {
+			case err := <-done:
+				return err
+			case <-cmd.Context().Done():
+			}
+			logger.Info("outbox relay: stopping", slog.Duration("timeout", shutdownTimeout))
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			if err := relay.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			return <-done
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&publisherURL, "publisher", "stdout:", "where to publish: stdout:")
+	f.IntVar(&cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "messages claimed and published at once")
+	f.IntVar(&cfg.Workers, "workers", outbox.WorkersDefault, "batches published concurrently")
+	f.DurationVar(&cfg.LeaseDuration, "lease", outbox.LeaseDurationDefault, "how long a claimed batch stays reserved")
+	f.IntVar(&cfg.MaxAttempts, "max-attempts", outbox.MaxAttemptsDefault, "failed attempts before a message is dead-lettered")
+	f.DurationVar(&cfg.BackoffBase, "backoff-base", outbox.BackoffBaseDefault, "cap of the first retry delay (doubles per failure)")
+	f.DurationVar(&cfg.BackoffMax, "backoff-max", outbox.BackoffMaxDefault, "cap of every retry delay")
+	f.DurationVar(&cfg.PollInterval, "poll-interval", outbox.PollIntervalDefault, "longest wait between looks at the table")
+	f.DurationVar(&cfg.ActivePollInterval, "active-poll-interval", outbox.ActivePollIntervalDefault, "first wait after work was found (doubles up to --poll-interval)")
+	f.DurationVar(&cfg.Retention, "retention", outbox.RetentionDefault, "keep published messages this long (0 deletes them on publish)")
+	f.BoolVar(&cfg.DisableListen, "poll-only", false, "do not LISTEN for writers' notifications (behind a transaction-mode pooler)")
+	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
+	return cmd
+}
+
+// openPublisher builds the publisher a --publisher URL names.
+func openPublisher(raw string, cmd *cobra.Command) (outbox.Publisher, error) {
+	scheme, _, _ := strings.Cut(raw, ":")
+	switch strings.ToLower(scheme) {
+	case "stdout":
+		return &outbox.JSONLines{W: cmd.OutOrStdout()}, nil
+	default:
+		return nil, usagef("--publisher %q: unknown scheme %q; use stdout:", redact(raw), scheme)
+	}
+}
+
+func newLogger(level string, w interface{ Write([]byte) (int, error) }) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l, ReplaceAttr: redactAttr})), nil
+}
+
+// redactAttr keeps passwords out of logs, whatever logged them.
+func redactAttr(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, redact(a.Value.String()))
+	case slog.KindAny:
+		if err, ok := a.Value.Any().(error); ok {
+			return slog.String(a.Key, redact(err.Error()))
+		}
+	}
+	return a
+}

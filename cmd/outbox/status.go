@@ -1,0 +1,45 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func newStatusCommand(g *globalFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show pending, in-flight, dead and kept messages and the relay's lag",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := g.open(cmd.Context(), false)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			st, err := b.admin.Stats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(map[string]any{
+					"table": b.store.Name(), "pending": st.Pending, "in_flight": st.InFlight, "dead": st.Dead,
+					"published_kept": st.Published, "oldest_pending_seconds": st.OldestPending.Seconds(),
+				})
+			}
+			fmt.Fprintf(out, "table           %s\n", b.store.Name())
+			fmt.Fprintf(out, "pending         %d\n", st.Pending)
+			fmt.Fprintf(out, "in flight       %d\n", st.InFlight)
+			fmt.Fprintf(out, "dead            %d\n", st.Dead)
+			fmt.Fprintf(out, "published kept  %d\n", st.Published)
+			fmt.Fprintf(out, "oldest pending  %s\n", st.OldestPending.Round(time.Millisecond))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
