@@ -1,0 +1,355 @@
+package outboxpg
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/go-outbox/outbox"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Direction says which way a migration goes.
+type Direction string
+
+// The directions of a migration.
+const (
+	DirectionUp   Direction = "up"
+	DirectionDown Direction = "down"
+)
+
+// MigrationStatus says whether one migration is applied to a table.
+type MigrationStatus struct {
+	// Applied reports whether the migration is recorded as applied.
+	Applied bool
+	// AppliedAt is when it was applied (zero if not applied).
+	AppliedAt time.Time
+	// Known is false for a version recorded in the database that this version
+	// of outboxpg does not have: the table was migrated by a newer release.
+	Known bool
+	// Name is the migration's name, e.g. "create_outbox".
+	Name string
+	// Version is the migration's number, from 1.
+	Version int
+}
+
+// migration is one embedded migration; its SQL still has placeholders.
+type migration struct {
+	version  int
+	name     string
+	up, down string
+}
+
+func (m migration) file(d Direction) string {
+	return fmt.Sprintf("%03d_%s.%s.sql", m.version, m.name, d)
+}
+
+// migrations are the embedded migrations, versions 1 to len(migrations).
+var migrations = mustLoadMigrations(migrationFiles)
+
+var migrationFileRE = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.(up|down)\.sql$`)
+
+func mustLoadMigrations(fsys fs.FS) []migration {
+	ms, err := loadMigrations(fsys)
+	if err != nil {
+		panic("outboxpg: embedded migrations: " + err.Error())
+	}
+	return ms
+}
+
+func loadMigrations(fsys fs.FS) ([]migration, error) {
+	paths, err := fs.Glob(fsys, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	byVersion := map[int]*migration{}
+	for _, p := range paths {
+		base := p[strings.LastIndex(p, "/")+1:]
+		sm := migrationFileRE.FindStringSubmatch(base)
+		if sm == nil {
+			return nil, fmt.Errorf("file %s is not named NNN_name.up.sql or NNN_name.down.sql", base)
+		}
+		v, _ := strconv.Atoi(sm[1])
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return nil, err
+		}
+		m := byVersion[v]
+		if m == nil {
+			m = &migration{version: v, name: sm[2]}
+			byVersion[v] = m
+		}
+		if m.name != sm[2] {
+			return nil, fmt.Errorf("version %d has two names, %s and %s", v, m.name, sm[2])
+		}
+		if sm[3] == "up" {
+			m.up = string(b)
+		} else {
+			m.down = string(b)
+		}
+	}
+	ms := make([]migration, 0, len(byVersion))
+	for v := 1; v <= len(byVersion); v++ {
+		m := byVersion[v]
+		switch {
+		case m == nil:
+			return nil, fmt.Errorf("version %d is missing; versions must run from 1 without gaps", v)
+		case m.up == "" || m.down == "":
+			return nil, fmt.Errorf("version %d needs both an up and a down file", v)
+		}
+		ms = append(ms, *m)
+	}
+	return ms, nil
+}
+
+var placeholderRE = regexp.MustCompile(`\{\{(schema|table|name:[a-z_]+)\}\}`)
+
+// substitute replaces the placeholders of a migration with quoted identifiers
+// built from validated names.
+func substitute(sql string, n names) string {
+	return placeholderRE.ReplaceAllStringFunc(sql, func(ph string) string {
+		switch key := ph[2 : len(ph)-2]; key {
+		case "schema":
+			return n.qSchema
+		case "table":
+			return n.qTable
+		default:
+			return quoteIdent(n.table + "_" + strings.TrimPrefix(key, "name:"))
+		}
+	})
+}
+
+// Migrator creates, upgrades and drops an outbox table with the embedded,
+// numbered migrations, recording them in the table <table>_migrations of the
+// same schema. Each migration runs in its own transaction together with its
+// bookkeeping row; concurrent migrators (several instances starting at once)
+// take turns on a transaction-scoped advisory lock.
+type Migrator struct {
+	names names
+	pool  *pgxpool.Pool
+}
+
+// NewMigrator returns a Migrator for the table opts names. It validates opts
+// and does not touch the database.
+func NewMigrator(pool *pgxpool.Pool, opts Options) (*Migrator, error) {
+	if pool == nil {
+		return nil, &outbox.ConfigError{Field: "outboxpg.NewMigrator pool", Value: "nil",
+			Fix: "pass a pool from pgxpool.New(ctx, url)"}
+	}
+	n, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return &Migrator{names: n, pool: pool}, nil
+}
+
+// Latest is the highest migration version this release knows.
+func (m *Migrator) Latest() int { return len(migrations) }
+
+// Down reverts the last steps applied migrations, newest first, and returns
+// the versions it reverted. Reverting the first migration drops the table and
+// every message in it.
+func (m *Migrator) Down(ctx context.Context, steps int) ([]int, error) {
+	if steps <= 0 {
+		return nil, fmt.Errorf("outboxpg: migrate %s down: steps %d must be positive", m.name(), steps)
+	}
+	current, err := m.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if steps > current {
+		return nil, fmt.Errorf("outboxpg: migrate %s down %d step(s): only %d migration(s) applied; going below version 0 is not possible", m.name(), steps, current)
+	}
+	return m.To(ctx, current-steps)
+}
+
+// List returns every known migration with whether it is applied, in version
+// order, followed by any versions recorded in the database that this release
+// does not know.
+func (m *Migrator) List(ctx context.Context) ([]MigrationStatus, error) {
+	list := make([]MigrationStatus, len(migrations))
+	for i, mg := range migrations {
+		list[i] = MigrationStatus{Known: true, Name: mg.name, Version: mg.version}
+	}
+	var exists pgtype.Text
+	if err := m.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, m.names.qMigr).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("outboxpg: list migrations of %s: %w", m.name(), err)
+	}
+	if !exists.Valid {
+		return list, nil
+	}
+	rows, _ := m.pool.Query(ctx, `SELECT version, name, applied_at FROM `+m.names.qMigr+` ORDER BY version`)
+	applied, err := pgx.CollectRows(rows, pgx.RowToStructByPos[migrationRow])
+	if err != nil {
+		return nil, fmt.Errorf("outboxpg: list migrations of %s: %w", m.name(), err)
+	}
+	for _, a := range applied {
+		if a.Version >= 1 && a.Version <= len(list) {
+			list[a.Version-1].Applied = true
+			list[a.Version-1].AppliedAt = a.AppliedAt.UTC()
+			continue
+		}
+		list = append(list, MigrationStatus{Applied: true, AppliedAt: a.AppliedAt.UTC(), Name: a.Name, Version: a.Version})
+	}
+	return list, nil
+}
+
+// migrationRow is a row of the migrations table.
+type migrationRow struct {
+	Version   int
+	Name      string
+	AppliedAt time.Time
+}
+
+// SQL returns every migration's SQL for direction (up in version order, down
+// in reverse), with the table's names filled in, for teams that apply
+// migrations with their own tool. Up starts with CREATE SCHEMA IF NOT EXISTS
+// unless the schema is "public". It leaves out the bookkeeping that Up and
+// Down do in <table>_migrations. Any other direction returns "".
+func (m *Migrator) SQL(direction Direction) string {
+	if direction != DirectionUp && direction != DirectionDown {
+		return ""
+	}
+	var b strings.Builder
+	if direction == DirectionUp && m.names.schema != "public" {
+		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n\n", m.names.qSchema)
+	}
+	order := slices.Clone(migrations)
+	if direction == DirectionDown {
+		slices.Reverse(order)
+	}
+	for _, mg := range order {
+		sql := mg.up
+		if direction == DirectionDown {
+			sql = mg.down
+		}
+		fmt.Fprintf(&b, "-- %s\n%s\n", mg.file(direction), strings.TrimSpace(substitute(sql, m.names)))
+	}
+	return b.String()
+}
+
+// To migrates up or down until version is the last applied one (0 drops
+// everything), and returns the versions it applied or reverted in order.
+func (m *Migrator) To(ctx context.Context, version int) ([]int, error) {
+	if version < 0 || version > len(migrations) {
+		return nil, fmt.Errorf("outboxpg: migrate %s to version %d: unknown version; this release knows versions 0 to %d", m.name(), version, len(migrations))
+	}
+	var done []int
+	for {
+		v, more, err := m.step(ctx, version)
+		if err != nil {
+			return done, err
+		}
+		if !more {
+			return done, nil
+		}
+		done = append(done, v)
+	}
+}
+
+// Up applies every migration not applied yet and returns their versions.
+func (m *Migrator) Up(ctx context.Context) ([]int, error) { return m.To(ctx, len(migrations)) }
+
+func (m *Migrator) name() string { return m.names.schema + "." + m.names.table }
+
+// step applies or reverts one migration towards target, in a transaction that
+// holds the migration lock, and reports which version it changed and whether
+// it changed any.
+func (m *Migrator) step(ctx context.Context, target int) (version int, changed bool, err error) {
+	err = pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+		current, err := m.lockAndRead(ctx, tx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case current < target:
+			mg := migrations[current]
+			if _, err := tx.Exec(ctx, substitute(mg.up, m.names)); err != nil {
+				return fmt.Errorf("apply %s: %w", mg.file(DirectionUp), err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO `+m.names.qMigr+` (version, name) VALUES ($1, $2)`, mg.version, mg.name); err != nil {
+				return fmt.Errorf("record %s: %w", mg.file(DirectionUp), err)
+			}
+			version, changed = mg.version, true
+		case current > target:
+			mg := migrations[current-1]
+			if _, err := tx.Exec(ctx, substitute(mg.down, m.names)); err != nil {
+				return fmt.Errorf("apply %s: %w", mg.file(DirectionDown), err)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM `+m.names.qMigr+` WHERE version = $1`, mg.version); err != nil {
+				return fmt.Errorf("record %s: %w", mg.file(DirectionDown), err)
+			}
+			version, changed = mg.version, true
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("outboxpg: migrate %s to version %d: %w", m.name(), target, err)
+	}
+	return version, changed, nil
+}
+
+// current returns the last applied version.
+func (m *Migrator) current(ctx context.Context) (current int, err error) {
+	err = pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+		current, err = m.lockAndRead(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outboxpg: read migrations of %s: %w", m.name(), err)
+	}
+	return current, nil
+}
+
+// lockAndRead takes the migration lock, creates the schema and the
+// bookkeeping table if needed, and returns the last applied version. It fails
+// if the database records versions this release does not know, or a gap.
+func (m *Migrator) lockAndRead(ctx context.Context, tx pgx.Tx) (int, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, m.names.migrateLockKey); err != nil {
+		return 0, fmt.Errorf("take migration lock: %w", err)
+	}
+	// CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database
+	// even when the schema exists, so it only runs when needed.
+	var schemaExists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, m.names.schema).Scan(&schemaExists); err != nil {
+		return 0, fmt.Errorf("look for schema %s: %w", m.names.qSchema, err)
+	}
+	if !schemaExists {
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+m.names.qSchema); err != nil {
+			return 0, fmt.Errorf("create schema: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+m.names.qMigr+` (
+	version    integer     PRIMARY KEY,
+	name       text        NOT NULL,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+		return 0, fmt.Errorf("create migrations table: %w", err)
+	}
+	rows, _ := tx.Query(ctx, `SELECT version FROM `+m.names.qMigr+` ORDER BY version`)
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return 0, fmt.Errorf("read migrations table: %w", err)
+	}
+	for i, v := range versions {
+		if v > len(migrations) {
+			return 0, fmt.Errorf("the database records migration version %d, which this release of outboxpg does not know (it knows 1 to %d); upgrade outboxpg", v, len(migrations))
+		}
+		if v != i+1 {
+			return 0, fmt.Errorf("the migrations table %s records versions %v; expected 1 to %d without gaps", m.names.qMigr, versions, len(versions))
+		}
+	}
+	return len(versions), nil
+}

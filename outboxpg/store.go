@@ -1,0 +1,327 @@
+package outboxpg
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/go-outbox/outbox"
+)
+
+// Store is an outbox table in PostgreSQL, used through a pgx connection pool.
+// It is safe for concurrent use. Create the table with a Migrator first.
+type Store struct {
+	ins   inserter
+	names names
+	opts  Options
+	pool  *pgxpool.Pool
+	stmts statements
+}
+
+// The interfaces Store implements.
+var (
+	_ outbox.Store             = (*Store)(nil)
+	_ outbox.Admin             = (*Store)(nil)
+	_ outbox.WriteListener     = (*Store)(nil)
+	_ outbox.Inserter[pgx.Tx]  = (*Store)(nil)
+	_ outbox.TxRunner[pgx.Tx]  = (*Store)(nil)
+	_ outbox.Inserter[*sql.Tx] = (*SQLWriter)(nil)
+	_ outbox.TxRunner[*sql.Tx] = (*SQLWriter)(nil)
+)
+
+// New returns a Store for the table opts names. It validates opts and does not
+// touch the database; run a Migrator to create the table.
+func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, &outbox.ConfigError{Field: "outboxpg.New pool", Value: "nil",
+			Fix: "pass a pool from pgxpool.New(ctx, url)"}
+	}
+	n, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n)}
+	s.ins = newInserter(n, &s.stmts, opts.Notify)
+	return s, nil
+}
+
+// Name returns "schema.table".
+func (s *Store) Name() string { return s.ins.name }
+
+// Exchange records settle and claims the next batch in one round trip and one
+// transaction: the statements go out as one pgx.Batch, which pgx sends as a
+// pipeline closed by a single Sync, and PostgreSQL runs everything before a
+// Sync as one implicit transaction. If any statement fails, nothing is
+// recorded and nothing is claimed. (pgx prepares a statement the first time a
+// connection sees it, which costs one extra round trip per connection, once.)
+//
+// One statement is sent per non-empty outcome kind, then the claim if
+// claim.Limit > 0. Claimed messages come back ordered by due time, then id;
+// their AvailableAt is the time they were due when claimed (the stored value
+// is now the lease's end).
+func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
+	if claim.Limit < 0 {
+		return nil, fmt.Errorf("outboxpg: exchange on %s: claim limit %d is negative", s.Name(), claim.Limit)
+	}
+	if claim.Limit > 0 && claim.Lease <= 0 {
+		return nil, fmt.Errorf("outboxpg: exchange on %s: claim lease %v must be positive", s.Name(), claim.Lease)
+	}
+	b := &pgx.Batch{}
+	if len(settle.Published) > 0 {
+		q := s.stmts.settlePublished
+		if settle.KeepPublished {
+			q = s.stmts.settleKept
+		}
+		b.Queue(q, settle.Published, settle.Token)
+	}
+	if len(settle.Retry) > 0 {
+		ids := make([]uuid.UUID, len(settle.Retry))
+		delays := make([]int64, len(settle.Retry))
+		errs := make([]string, len(settle.Retry))
+		for i, r := range settle.Retry {
+			ids[i], delays[i], errs[i] = r.ID, max(r.Delay, 0).Microseconds(), r.Error
+		}
+		b.Queue(s.stmts.settleRetry, ids, delays, errs, settle.Token)
+	}
+	if len(settle.Dead) > 0 {
+		ids := make([]uuid.UUID, len(settle.Dead))
+		errs := make([]string, len(settle.Dead))
+		for i, d := range settle.Dead {
+			ids[i], errs[i] = d.ID, d.Error
+		}
+		b.Queue(s.stmts.settleDead, ids, errs, settle.Token)
+	}
+	settles := b.Len()
+	if claim.Limit > 0 {
+		b.Queue(s.stmts.claim, leaseMicros(claim.Lease), claim.Token, claim.Limit)
+	}
+	if b.Len() == 0 {
+		return nil, nil
+	}
+
+	br := s.pool.SendBatch(ctx, b)
+	msgs, err := s.readExchange(br, settles, claim.Limit > 0)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("outboxpg: exchange on %s (settle %d published, %d retried, %d dead; claim %d): %w",
+			s.Name(), len(settle.Published), len(settle.Retry), len(settle.Dead), claim.Limit, err)
+	}
+	return msgs, nil
+}
+
+func (s *Store) readExchange(br pgx.BatchResults, settles int, claiming bool) ([]outbox.Message, error) {
+	for range settles {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	if !claiming {
+		return nil, nil
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := collectMessages(rows)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(msgs, func(a, b outbox.Message) int {
+		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.ID[:], b.ID[:])
+	})
+	return msgs, nil
+}
+
+// leaseMicros rounds a lease up to whole microseconds, so a lease is never
+// shorter than asked.
+func leaseMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// Release ends token's leases on ids; the messages are due at once and no
+// attempt is counted.
+func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, s.stmts.release, ids, token); err != nil {
+		return fmt.Errorf("outboxpg: release %d message(s) in %s: %w", len(ids), s.Name(), err)
+	}
+	return nil
+}
+
+// NextDue returns how long until the earliest pending message is due, by the
+// database's clock, leased ones included (they are due when their lease ends).
+// It is one read-only query that the pending index answers from its first
+// entry. The wait is rounded up to whole microseconds, so a relay that sleeps
+// for it never wakes too early.
+func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
+	var wait pgtype.Int8
+	if err := s.pool.QueryRow(ctx, s.stmts.nextDue).Scan(&wait); err != nil {
+		return 0, false, fmt.Errorf("outboxpg: find next due message in %s: %w", s.Name(), err)
+	}
+	if !wait.Valid {
+		return 0, false, nil
+	}
+	return time.Duration(wait.Int64) * time.Microsecond, true, nil
+}
+
+// PurgePublished deletes up to limit published messages older than before, in
+// a transaction that first tries a transaction-scoped advisory lock derived
+// from the table's name: if another caller holds it, PurgePublished returns
+// (0, nil) at once.
+func (s *Store) PurgePublished(ctx context.Context, before time.Time, limit int) (n int, err error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("outboxpg: purge published messages in %s: limit %d must be positive", s.Name(), limit)
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var locked bool
+		if err := tx.QueryRow(ctx, s.stmts.purgeLock, s.names.purgeLockKey).Scan(&locked); err != nil {
+			return fmt.Errorf("take purge lock: %w", err)
+		}
+		if !locked {
+			return nil
+		}
+		tag, err := tx.Exec(ctx, s.stmts.purge, before, limit)
+		if err != nil {
+			return err
+		}
+		n = int(tag.RowsAffected())
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outboxpg: purge published messages in %s: %w", s.Name(), err)
+	}
+	return n, nil
+}
+
+// Stats counts messages by state with one query.
+func (s *Store) Stats(ctx context.Context) (outbox.Stats, error) {
+	var st outbox.Stats
+	var oldestMicros int64
+	err := s.pool.QueryRow(ctx, s.stmts.stats).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldestMicros)
+	if err != nil {
+		return outbox.Stats{}, fmt.Errorf("outboxpg: count messages in %s: %w", s.Name(), err)
+	}
+	st.OldestPending = time.Duration(oldestMicros) * time.Microsecond
+	return st, nil
+}
+
+// Get returns the message with the given id, in any state, or an error
+// wrapping outbox.ErrNotFound.
+func (s *Store) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
+	rows, _ := s.pool.Query(ctx, s.stmts.get, id)
+	msgs, err := collectMessages(rows)
+	if err != nil {
+		return outbox.Message{}, fmt.Errorf("outboxpg: get message %s from %s: %w", id, s.Name(), err)
+	}
+	if len(msgs) == 0 {
+		return outbox.Message{}, fmt.Errorf("outboxpg: get message %s from %s: %w", id, s.Name(), outbox.ErrNotFound)
+	}
+	return msgs[0], nil
+}
+
+// ListDead returns up to limit dead messages with ids above after, in id
+// order; pass the last id of a page to get the next one.
+func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]outbox.Message, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("outboxpg: list dead messages in %s: limit %d must be positive", s.Name(), limit)
+	}
+	rows, _ := s.pool.Query(ctx, s.stmts.listDead, after, limit)
+	msgs, err := collectMessages(rows)
+	if err != nil {
+		return nil, fmt.Errorf("outboxpg: list dead messages in %s after %s: %w", s.Name(), after, err)
+	}
+	return msgs, nil
+}
+
+// RetryDead makes the given dead messages (all of them when ids is empty)
+// pending and due at once, with their attempt count reset and their last error
+// kept for reference. It returns how many it changed.
+func (s *Store) RetryDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
+	q, args := s.stmts.retryAll, []any(nil)
+	if len(ids) > 0 {
+		q, args = s.stmts.retryDead, []any{ids}
+	}
+	tag, err := s.pool.Exec(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("outboxpg: retry dead messages in %s: %w", s.Name(), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// DiscardDead deletes the given dead messages and returns how many it deleted.
+// With no ids it deletes nothing: discarding every dead message must be asked
+// for by listing them.
+func (s *Store) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, s.stmts.discardDead, ids)
+	if err != nil {
+		return 0, fmt.Errorf("outboxpg: discard dead messages in %s: %w", s.Name(), err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// collectMessages reads rows of messageColumns and closes rows.
+func collectMessages(rows pgx.Rows) ([]outbox.Message, error) {
+	var msgs []outbox.Message
+	for rows.Next() {
+		m, err := scanMessage(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+func scanMessage(row pgx.Row) (outbox.Message, error) {
+	var (
+		m           outbox.Message
+		headers     []byte
+		lastError   pgtype.Text
+		status      string
+		publishedAt pgtype.Timestamptz
+	)
+	err := row.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt, &m.AvailableAt,
+		&m.Attempts, &lastError, &status, &publishedAt)
+	if err != nil {
+		return outbox.Message{}, err
+	}
+	if headers != nil {
+		if err := json.Unmarshal(headers, &m.Headers); err != nil {
+			return outbox.Message{}, fmt.Errorf("decode headers of message %s: %w", m.ID, err)
+		}
+	}
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
+	m.CreatedAt = m.CreatedAt.UTC()
+	m.AvailableAt = m.AvailableAt.UTC()
+	m.LastError = lastError.String
+	m.Status = outbox.Status(status)
+	if publishedAt.Valid {
+		m.PublishedAt = publishedAt.Time.UTC()
+	}
+	return m, nil
+}
