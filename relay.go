@@ -225,14 +225,17 @@ func (r *Relay) work(ctx context.Context, worker int) {
 	}
 }
 
-// storeCtx lets the final settlement and releases run after ctx was cancelled,
-// for a bounded time, so a stopping relay leaves no lease behind.
+// storeCtx returns the context for a store call made by a worker. It is not
+// cancelled with ctx: aborting a relay cancels publishing, never the recording
+// of outcomes already known or the release of leases, which would turn
+// confirmed messages into duplicates. The timeout bounds a call to a database
+// that stopped answering.
 func (r *Relay) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx.Err() == nil {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	return context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 }
+
+// storeCallTimeout bounds one store call of a worker.
+const storeCallTimeout = 15 * time.Second
 
 // publish hands batch to the publisher and turns its results into a
 // settlement. Messages left unpublished because the relay is stopping are
@@ -356,14 +359,13 @@ func (r *Relay) dispatch(ctx context.Context) {
 			return
 		case <-inProcess:
 			r.gate.open()
-			delay = r.cfg.ActivePollInterval
-			reset(delay)
 		case <-listened:
 			r.gate.open()
+		case <-r.activity:
+			// Work was found: poll soon again, in case writers in other
+			// processes commit more without a wake-up.
 			delay = r.cfg.ActivePollInterval
 			reset(delay)
-		case <-r.activity:
-			delay = r.cfg.ActivePollInterval
 		case <-timer.C:
 			if r.busy.Load() > 0 {
 				timer.Reset(delay)

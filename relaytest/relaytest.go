@@ -8,6 +8,8 @@ package relaytest
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,9 +28,9 @@ type Harness struct {
 	// Notify wakes the relays of this process serving the table, as
 	// Writer.Notify does after a commit.
 	Notify func()
-	// Statements returns how many statements the store has sent to the
-	// database so far (nil if the store cannot count them).
-	Statements func() int64
+	// Statements returns the SQL of every statement the store has sent to
+	// the database so far (nil if the store cannot trace them).
+	Statements func() []string
 	// Scale shrinks the large tests for slow stores: 1 is full size.
 	Scale float64
 }
@@ -50,7 +52,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("InProcessSignalWakesRelayLongBeforeThePollInterval", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)
-		testWakeLatency(t, h, outbox.Config{DisableListen: true}, func(ctx context.Context, m *outbox.Message) error {
+		testWakeLatency(t, h, outbox.Config{DisableListen: true}, nil, func(ctx context.Context, m *outbox.Message) error {
 			if err := h.Write(ctx, true, m); err != nil {
 				return err
 			}
@@ -160,9 +162,13 @@ func (r *Recorder) WaitFor(t testing.TB, timeout time.Duration, what string, con
 	}
 }
 
-// startRelay runs a relay until the test ends and returns it.
-func startRelay(t *testing.T, store outbox.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
+// StartRelay runs a relay until the test ends (logging through t) and
+// returns it. The test fails if Run does not return nil soon after.
+func StartRelay(t *testing.T, store outbox.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
 	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = TestLogger(t)
+	}
 	relay, err := outbox.NewRelay(store, pub, cfg)
 	if err != nil {
 		t.Fatalf("NewRelay: %v", err)
@@ -222,4 +228,17 @@ func waitEmpty(t *testing.T, h Harness, timeout time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestLogger returns a logger that writes through t.Log, so relay logs show
+// only for failed tests (or with -v).
+func TestLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
 }

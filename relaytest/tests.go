@@ -24,7 +24,7 @@ func testRollback(t *testing.T, h Harness) {
 		t.Fatalf("write and commit: %v", err)
 	}
 	rec := NewRecorder()
-	startRelay(t, h.Store, rec, outbox.Config{PollInterval: 50 * time.Millisecond})
+	StartRelay(t, h.Store, rec, outbox.Config{PollInterval: 50 * time.Millisecond})
 	rec.WaitFor(t, 10*time.Second, "the committed message "+committed.ID.String(), func() bool { return rec.Count(committed.ID) == 1 })
 	waitEmpty(t, h, 10*time.Second)
 	if n := rec.Count(rolledBack.ID); n != 0 {
@@ -47,7 +47,7 @@ func testConcurrent(t *testing.T, h Harness) {
 	total = perWriter * writers
 	rec := NewRecorder()
 	for range relays {
-		startRelay(t, h.Store, rec, outbox.Config{BatchSize: 100, Workers: 2, PollInterval: 50 * time.Millisecond})
+		StartRelay(t, h.Store, rec, outbox.Config{BatchSize: 100, Workers: 2, PollInterval: 50 * time.Millisecond})
 	}
 	ids := make(chan uuid.UUID, total)
 	var wg sync.WaitGroup
@@ -121,7 +121,7 @@ func testFailures(t *testing.T, h Harness) {
 	// The spy reads the stored row right after the first failure is recorded,
 	// before the retry can claim it again.
 	spy := &settlementSpy{Store: h.Store, admin: a, watch: flaky.ID, captured: make(chan struct{})}
-	startRelay(t, spy, rec, cfg)
+	StartRelay(t, spy, rec, cfg)
 	select {
 	case <-spy.captured:
 	case <-time.After(10 * time.Second):
@@ -189,13 +189,15 @@ func testFailures(t *testing.T, h Harness) {
 	})
 }
 
-func testWakeLatency(t *testing.T, h Harness, cfg outbox.Config, write func(ctx context.Context, m *outbox.Message) error) {
+func testWakeLatency(t *testing.T, h Harness, cfg outbox.Config, ready func(), write func(ctx context.Context, m *outbox.Message) error) {
 	ctx := context.Background()
 	rec := NewRecorder()
 	// Polls are an hour apart: only the wake-up can deliver in time.
 	cfg.PollInterval, cfg.ActivePollInterval = time.Hour, time.Hour
-	startRelay(t, h.Store, rec, cfg)
-	waitIdle(t, h)
+	StartRelay(t, h.Store, rec, cfg)
+	if ready != nil {
+		ready()
+	}
 	var latencies []time.Duration
 	for i := range 5 {
 		m := newMessage("wake", i)
@@ -215,35 +217,45 @@ func testWakeLatency(t *testing.T, h Harness, cfg outbox.Config, write func(ctx 
 	}
 }
 
-// TestWakeLatency is testWakeLatency for store packages that test their own
-// cross-process wake-up: write must commit m without waking relays in-process.
-func TestWakeLatency(t *testing.T, h Harness, cfg outbox.Config, write func(ctx context.Context, m *outbox.Message) error) {
-	testWakeLatency(t, h, cfg, write)
+// TestWakeLatency checks a store's own cross-process wake-up: a relay that
+// polls once an hour must publish each message write commits within a
+// second (the median is logged). write must not wake relays in-process;
+// ready, if not nil, returns once the relay's listener is set up.
+func TestWakeLatency(t *testing.T, h Harness, cfg outbox.Config, ready func(), write func(ctx context.Context, m *outbox.Message) error) {
+	testWakeLatency(t, h, cfg, ready, write)
 }
 
-// waitIdle lets a just-started relay finish its first look at the table, so
-// a latency measurement starts from an idle relay.
+// waitIdle lets a just-started relay finish its first look at the table (and
+// any wake-up its store's listener sends once connected), so a measurement
+// starts from an idle relay: it waits until the last two statements sent
+// are idle probes (read-only SELECTs).
 func waitIdle(t *testing.T, h Harness) {
 	t.Helper()
 	if h.Statements == nil {
 		time.Sleep(200 * time.Millisecond)
 		return
 	}
-	last := h.Statements()
-	for range 100 {
-		time.Sleep(20 * time.Millisecond)
-		now := h.Statements()
-		if now == last && now > 0 {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		all := h.Statements()
+		if n := len(all); n >= 2 && isSelect(all[n-1]) && isSelect(all[n-2]) {
 			return
 		}
-		last = now
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay did not settle into idle probes within 30s; last statements: %q", all[max(0, len(all)-3):])
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func isSelect(sql string) bool {
+	return strings.HasPrefix(strings.ToUpper(strings.TrimSpace(sql)), "SELECT")
 }
 
 func testPollOnly(t *testing.T, h Harness) {
 	ctx := context.Background()
 	rec := NewRecorder()
-	startRelay(t, h.Store, rec, outbox.Config{DisableListen: true, PollInterval: 100 * time.Millisecond})
+	StartRelay(t, h.Store, rec, outbox.Config{DisableListen: true, PollInterval: 100 * time.Millisecond})
 	m := newMessage("poll", 1)
 	if err := h.Write(ctx, true, m); err != nil { // no Notify: only the poll finds it
 		t.Fatal(err)
@@ -257,11 +269,17 @@ func testIdle(t *testing.T, h Harness) {
 	}
 	const interval, window = 200 * time.Millisecond, 3 * time.Second
 	rec := NewRecorder()
-	startRelay(t, h.Store, rec, outbox.Config{PollInterval: interval, Workers: 4})
+	StartRelay(t, h.Store, rec, outbox.Config{PollInterval: interval, Workers: 4})
 	waitIdle(t, h)
-	before := h.Statements()
+	before := len(h.Statements())
 	time.Sleep(window) // measuring what happens over a stretch of idle time
-	sent := h.Statements() - before
+	idle := h.Statements()[before:]
+	sent := int64(len(idle))
+	for _, sql := range idle {
+		if !isSelect(sql) {
+			t.Errorf("idle relay sent %q; want only read-only SELECT probes", sql)
+		}
+	}
 	// One probe per interval, plus one for the interval the window may
 	// straddle.
 	limit := int64(window/interval) + 1
@@ -287,7 +305,7 @@ func testShutdownFinishes(t *testing.T, h Harness) {
 		<-release
 		return rec.Publish(ctx, batch)
 	})
-	relay, err := outbox.NewRelay(h.Store, slow, outbox.Config{})
+	relay, err := outbox.NewRelay(h.Store, slow, outbox.Config{Logger: TestLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +350,7 @@ func testShutdownReleases(t *testing.T, h Harness) {
 		}
 		return errs
 	})
-	relay, err := outbox.NewRelay(h.Store, stuck, outbox.Config{LeaseDuration: time.Hour})
+	relay, err := outbox.NewRelay(h.Store, stuck, outbox.Config{LeaseDuration: time.Hour, Logger: TestLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +385,7 @@ func testRetention(t *testing.T, h Harness) {
 	}
 	rec := NewRecorder()
 	const retention = 1500 * time.Millisecond
-	startRelay(t, h.Store, rec, outbox.Config{Retention: retention, PollInterval: 50 * time.Millisecond})
+	StartRelay(t, h.Store, rec, outbox.Config{Retention: retention, PollInterval: 50 * time.Millisecond})
 	rec.WaitFor(t, 10*time.Second, "both messages published", func() bool { return rec.Distinct() == 2 })
 	waitEmpty(t, h, 10*time.Second)
 	for _, m := range msgs {

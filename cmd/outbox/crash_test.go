@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxpg"
+)
+
+// buildCLI compiles this command once per test binary.
+var buildCLI = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "outbox-cli-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "outbox")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// TestRelayProcessKilledMidRunLosesNothing writes messages from this process
+// while relay processes publish them to a file; relays are killed with SIGKILL
+// at random moments and restarted. In the end every committed message is in
+// the file, and the only duplicates are messages of batches in flight at a
+// kill, at most kills x workers x batch size of them.
+func TestRelayProcessKilledMidRunLosesNothing(t *testing.T) {
+	t.Parallel()
+	bin, err := buildCLI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	url := pgtest.URL(t)
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	opts := outboxpg.Options{Schema: schema}
+	store, err := outboxpg.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	migrator, err := outboxpg.NewMigrator(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrator.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const (
+		total     = 12000
+		perTx     = 20
+		kills     = 3
+		batchSize = 50
+		workers   = 2
+	)
+	published := filepath.Join(t.TempDir(), "published.jsonl")
+	out, err := os.OpenFile(published, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	startRelay := func() *exec.Cmd {
+		cmd := exec.Command(bin, "relay", "--database-url", url, "--schema", schema,
+			"--batch-size", strconv.Itoa(batchSize), "--workers", strconv.Itoa(workers),
+			"--lease", "2s", "--poll-interval", "50ms", "--log-level", "warn")
+		cmd.Stdout = out
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() && stderr.Len() > 0 {
+				t.Logf("relay stderr:\n%s", stderr.String())
+			}
+		})
+		return cmd
+	}
+
+	// Write in the background while relays run and die.
+	written := make(chan []uuid.UUID, 1)
+	writeErr := make(chan error, 1)
+	go func() {
+		var ids []uuid.UUID
+		for i := 0; i < total; i += perTx {
+			msgs := make([]*outbox.Message, perTx)
+			for j := range msgs {
+				msgs[j] = &outbox.Message{Topic: "crash", Key: strconv.Itoa(j % 7), Payload: fmt.Appendf(nil, `{"n":%d}`, i+j)}
+			}
+			err := writer.Transact(ctx, func(tx pgx.Tx) error { return writer.Write(ctx, tx, msgs...) })
+			if err != nil {
+				writeErr <- err
+				return
+			}
+			for _, m := range msgs {
+				ids = append(ids, m.ID)
+			}
+			if i%1000 == 0 {
+				time.Sleep(time.Duration(rand.IntN(50)) * time.Millisecond) // vary the pace
+			}
+		}
+		written <- ids
+	}()
+
+	relay := startRelay()
+	for k := range kills {
+		// Kill once this relay has published something new, at a random moment.
+		before := countLines(t, published)
+		waitUntil(t, 60*time.Second, fmt.Sprintf("relay %d to publish", k+1), func() bool { return countLines(t, published) > before })
+		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
+		if err := relay.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = relay.Wait()
+		relay = startRelay()
+	}
+	var ids []uuid.UUID
+	select {
+	case ids = <-written:
+	case err := <-writeErr:
+		t.Fatalf("writer: %v", err)
+	case <-time.After(3 * time.Minute):
+		t.Fatal("writer did not finish")
+	}
+	waitUntil(t, 2*time.Minute, "the table to drain", func() bool {
+		st, err := store.Stats(ctx)
+		return err == nil && st.Pending == 0
+	})
+	_ = relay.Process.Signal(syscall.SIGTERM)
+	_ = relay.Wait()
+
+	counts := readPublished(t, published)
+	duplicates := 0
+	for _, id := range ids {
+		switch n := counts[id]; {
+		case n == 0:
+			t.Errorf("committed message %s was never published", id)
+		case n > 1:
+			duplicates += n - 1
+		}
+	}
+	if len(counts) != len(ids) {
+		t.Errorf("published %d distinct messages, committed %d", len(counts), len(ids))
+	}
+	bound := kills * workers * batchSize
+	t.Logf("%d messages, %d kills: %d duplicates (bound %d)", len(ids), kills, duplicates, bound)
+	if duplicates > bound {
+		t.Fatalf("%d duplicates after %d kills, want at most %d (batches in flight at the kills)", duplicates, kills, bound)
+	}
+}
+
+func countLines(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte{'\n'})
+}
+
+// readPublished counts each message id in a JSON-lines file. A torn last line
+// (a kill mid-write) is ignored: that message was not confirmed.
+func readPublished(t *testing.T, path string) map[uuid.UUID]int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	counts := map[uuid.UUID]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct{ ID uuid.UUID }
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			continue
+		}
+		counts[line.ID]++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return counts
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
