@@ -142,12 +142,9 @@ type Migrator struct {
 }
 
 // NewMigrator returns a Migrator for the table opts names. It validates opts
-// and does not touch the database.
+// and does not touch the database. pool may be nil when only SQL is needed;
+// the other methods then return an error.
 func NewMigrator(pool *pgxpool.Pool, opts Options) (*Migrator, error) {
-	if pool == nil {
-		return nil, &outbox.ConfigError{Field: "outboxpg.NewMigrator pool", Value: "nil",
-			Fix: "pass a pool from pgxpool.New(ctx, url)"}
-	}
 	n, err := opts.resolve()
 	if err != nil {
 		return nil, err
@@ -164,6 +161,9 @@ func (m *Migrator) Latest() int { return len(migrations) }
 func (m *Migrator) Down(ctx context.Context, steps int) ([]int, error) {
 	if steps <= 0 {
 		return nil, fmt.Errorf("outboxpg: migrate %s down: steps %d must be positive", m.name(), steps)
+	}
+	if err := m.needPool("migrate down"); err != nil {
+		return nil, err
 	}
 	current, err := m.current(ctx)
 	if err != nil {
@@ -182,6 +182,9 @@ func (m *Migrator) List(ctx context.Context) ([]MigrationStatus, error) {
 	list := make([]MigrationStatus, len(migrations))
 	for i, mg := range migrations {
 		list[i] = MigrationStatus{Known: true, Name: mg.name, Version: mg.version}
+	}
+	if err := m.needPool("list migrations"); err != nil {
+		return nil, err
 	}
 	var exists pgtype.Text
 	if err := m.pool.QueryRow(ctx, `SELECT to_regclass($1)::text`, m.names.qMigr).Scan(&exists); err != nil {
@@ -246,6 +249,9 @@ func (m *Migrator) To(ctx context.Context, version int) ([]int, error) {
 	if version < 0 || version > len(migrations) {
 		return nil, fmt.Errorf("outboxpg: migrate %s to version %d: unknown version; this release knows versions 0 to %d", m.name(), version, len(migrations))
 	}
+	if err := m.needPool("migrate"); err != nil {
+		return nil, err
+	}
 	var done []int
 	for {
 		v, more, err := m.step(ctx, version)
@@ -261,6 +267,14 @@ func (m *Migrator) To(ctx context.Context, version int) ([]int, error) {
 
 // Up applies every migration not applied yet and returns their versions.
 func (m *Migrator) Up(ctx context.Context) ([]int, error) { return m.To(ctx, len(migrations)) }
+
+func (m *Migrator) needPool(doing string) error {
+	if m.pool == nil {
+		return &outbox.ConfigError{Field: "outboxpg.NewMigrator pool", Value: "nil",
+			Fix: "pass a pool from pgxpool.New(ctx, url) to " + doing + "; a Migrator without one can only print SQL"}
+	}
+	return nil
+}
 
 func (m *Migrator) name() string { return m.names.schema + "." + m.names.table }
 

@@ -1,6 +1,6 @@
--- The outbox table. {{table}} and {{name:...}} are placeholders: the migrator
--- replaces them with validated, quoted identifiers. The migrator creates the
--- schema first if it is missing.
+-- The outbox table: one row per message, from write to publication (or dead
+-- letter). Published rows are deleted, or kept with status 'published' for the
+-- retention period.
 
 CREATE TABLE {{table}} (
 	id           uuid        NOT NULL,

@@ -1,0 +1,397 @@
+package outboxpg_test
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/storetest"
+)
+
+func TestConformanceWithPgx(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, pgxHarness)
+}
+
+func TestConformanceWithDatabaseSQL(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, sqlHarness)
+}
+
+func TestNewRejectsInvalidNames(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		opts  outboxpg.Options
+		field string
+		value string
+	}{
+		{"upper-case schema", outboxpg.Options{Schema: "Public"}, "Options.Schema", "Public"},
+		{"schema starting with a digit", outboxpg.Options{Schema: "1st"}, "Options.Schema", "1st"},
+		{"schema with a hyphen", outboxpg.Options{Schema: "my-app"}, "Options.Schema", "my-app"},
+		{"schema with a quote", outboxpg.Options{Schema: `x"; DROP TABLE users; --`}, "Options.Schema", "DROP TABLE"},
+		{"schema of 64 bytes", outboxpg.Options{Schema: strings.Repeat("s", 64)}, "Options.Schema", strings.Repeat("s", 64)},
+		{"table with a dot", outboxpg.Options{Table: "public.outbox"}, "Options.Table", "public.outbox"},
+		{"table with a space", outboxpg.Options{Table: "out box"}, "Options.Table", "out box"},
+		{"table of 41 bytes", outboxpg.Options{Table: strings.Repeat("t", 41)}, "Options.Table", strings.Repeat("t", 41)},
+		{"table with non-ASCII letters", outboxpg.Options{Table: "ausgangskörbchen"}, "Options.Table", "ausgangsk"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			check := func(what string, err error) {
+				t.Helper()
+				var ce *outbox.ConfigError
+				if !errors.As(err, &ce) || !errors.Is(err, outbox.ErrInvalidConfig) {
+					t.Fatalf("%s(%+v): error %v; want an *outbox.ConfigError", what, tt.opts, err)
+				}
+				if !strings.Contains(ce.Field, tt.field) || !strings.Contains(fmt.Sprint(ce.Value), tt.value) || ce.Fix == "" {
+					t.Fatalf("%s(%+v): %q; want it to name the field %s, the value %q and the fix", what, tt.opts, err, tt.field, tt.value)
+				}
+			}
+			_, err := outboxpg.New(pgxpoolForValidation, tt.opts)
+			check("New", err)
+			_, err = outboxpg.NewSQL(&sql.DB{}, tt.opts)
+			check("NewSQL", err)
+			_, err = outboxpg.NewMigrator(nil, tt.opts)
+			check("NewMigrator", err)
+		})
+	}
+}
+
+func TestNameIsSchemaDotTableAndSharedWithSQLWriter(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		opts outboxpg.Options
+		want string
+	}{
+		{outboxpg.Options{}, "public.outbox"},
+		{outboxpg.Options{Schema: "billing"}, "billing.outbox"},
+		{outboxpg.Options{Schema: "billing", Table: "order_events"}, "billing.order_events"},
+		{outboxpg.Options{Table: strings.Repeat("t", outboxpg.MaxTableLength)}, "public." + strings.Repeat("t", outboxpg.MaxTableLength)},
+	}
+	for _, tt := range tests {
+		s, err := outboxpg.New(pgxpoolForValidation, tt.opts)
+		if err != nil {
+			t.Fatalf("New(%+v): %v", tt.opts, err)
+		}
+		w, err := outboxpg.NewSQL(&sql.DB{}, tt.opts)
+		if err != nil {
+			t.Fatalf("NewSQL(%+v): %v", tt.opts, err)
+		}
+		if s.Name() != tt.want || w.Name() != tt.want {
+			t.Fatalf("Name of %+v: store %q, SQL writer %q; want %q for both", tt.opts, s.Name(), w.Name(), tt.want)
+		}
+	}
+}
+
+func TestChannelNamesFitAndStayDistinct(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("s", outboxpg.MaxSchemaLength)
+	a := outboxpg.ChannelName(long, "outbox_a")
+	b := outboxpg.ChannelName(long, "outbox_b")
+	if len(a) > 63 || len(b) > 63 || a == b {
+		t.Fatalf("channels for long names: %q (%d bytes), %q (%d bytes); want distinct names of at most 63 bytes", a, len(a), b, len(b))
+	}
+	if got := outboxpg.ChannelName("public", "outbox"); got != "outbox_public_outbox" {
+		t.Fatalf("channel of public.outbox: %q; want outbox_public_outbox", got)
+	}
+}
+
+func TestExchangeIsOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := newCounter()
+	pool := tracedPool(t, c)
+	store := newStore(t, pool, outboxpg.Options{})
+	ctx := t.Context()
+
+	w := newWriter(t, store)
+	msgs := make([]*outbox.Message, 12)
+	for i := range msgs {
+		msgs[i] = &outbox.Message{Topic: "orders.created", Payload: []byte("{}")}
+	}
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+
+	// Every kind of outcome and a claim. The first round on the connection
+	// also prepares the statements; the second shows the steady state.
+	token := uuid.New()
+	batch, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 6, Lease: time.Minute, Token: token})
+	if err != nil || len(batch) != 6 {
+		t.Fatalf("claim: %d messages, %v; want 6", len(batch), err)
+	}
+	for round := range 2 {
+		c.reset()
+		settle := outbox.Settlement{
+			Token:     token,
+			Published: []uuid.UUID{batch[0].ID},
+			Retry:     []outbox.Retry{{ID: batch[1].ID, Delay: time.Hour, Error: "later"}},
+			Dead:      []outbox.Failure{{ID: batch[2].ID, Error: "poison"}},
+		}
+		token = uuid.New()
+		next, err := store.Exchange(ctx, settle, outbox.Claim{Limit: 3, Lease: time.Minute, Token: token})
+		if err != nil || len(next) != 3 {
+			t.Fatalf("round %d: exchange claimed %d messages, %v; want 3", round, len(next), err)
+		}
+		if got := c.batches.Load(); got != 1 || c.queries.Load() != 0 || c.batchQueries.Load() != 4 {
+			t.Fatalf("round %d: exchange sent %d batch(es) holding %d statements and %d other queries; want 1 batch of 4 statements and nothing else",
+				round, got, c.batchQueries.Load(), c.queries.Load())
+		}
+		t.Logf("round %d: %d network round trip(s)", round, c.roundTrips.Load())
+		if round == 1 && c.roundTrips.Load() != 1 {
+			t.Fatalf("round %d: exchange took %d network round trips; want 1", round, c.roundTrips.Load())
+		}
+		batch = append(next, batch[3:]...)
+	}
+
+	// Only a settlement: one statement, no claim.
+	c.reset()
+	if got, err := store.Exchange(ctx, outbox.Settlement{Token: token, Published: []uuid.UUID{batch[0].ID}}, outbox.Claim{}); err != nil || len(got) != 0 {
+		t.Fatalf("settle only: %d messages, %v; want none", len(got), err)
+	}
+	if c.batches.Load() != 1 || c.batchQueries.Load() != 1 {
+		t.Fatalf("settle only: %d batch(es) of %d statement(s); want 1 of 1", c.batches.Load(), c.batchQueries.Load())
+	}
+	// Nothing to do: nothing sent.
+	c.reset()
+	if _, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{}); err != nil || c.roundTrips.Load() != 0 {
+		t.Fatalf("empty exchange: %v, %d round trips; want no error and nothing sent", err, c.roundTrips.Load())
+	}
+}
+
+func TestExchangeIsAtomic(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	store := newStore(t, pool, outboxpg.Options{Schema: schema})
+	ctx := t.Context()
+
+	// A trigger makes claims with one particular token fail.
+	refused := uuid.MustParse("ffffffff-ffff-4fff-bfff-ffffffffffff")
+	_, err := pool.Exec(ctx, fmt.Sprintf(`
+CREATE FUNCTION %[1]q.refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.lease_token = '%[2]s' THEN RAISE EXCEPTION 'claim refused by the test'; END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_claim BEFORE UPDATE ON %[1]q.outbox FOR EACH ROW EXECUTE FUNCTION %[1]q.refuse_claim();`, schema, refused))
+	if err != nil {
+		t.Fatalf("create trigger: %v", err)
+	}
+
+	w := newWriter(t, store)
+	msgs := []*outbox.Message{{Topic: "a"}, {Topic: "b"}, {Topic: "c"}}
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	token := uuid.New()
+	if got, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 2, Lease: time.Minute, Token: token}); err != nil || len(got) != 2 {
+		t.Fatalf("claim: %d, %v; want 2 messages", len(got), err)
+	}
+
+	settle := outbox.Settlement{Token: token, Published: []uuid.UUID{msgs[0].ID}, Dead: []outbox.Failure{{ID: msgs[1].ID, Error: "x"}}}
+	_, err = store.Exchange(ctx, settle, outbox.Claim{Limit: 1, Lease: time.Minute, Token: refused})
+	if err == nil || !strings.Contains(err.Error(), "claim refused by the test") {
+		t.Fatalf("exchange with a failing claim: %v; want the trigger's error", err)
+	}
+	if _, err := store.Get(ctx, msgs[0].ID); err != nil {
+		t.Fatalf("message %s was deleted although its exchange failed: %v", msgs[0].ID, err)
+	}
+	if m, _ := store.Get(ctx, msgs[1].ID); m.Status != outbox.StatusPending || m.Attempts != 0 {
+		t.Fatalf("message %s: status %q, attempts %d although its exchange failed; want pending, 0", msgs[1].ID, m.Status, m.Attempts)
+	}
+	// The same settlement goes through once the claim works.
+	got, err := store.Exchange(ctx, settle, outbox.Claim{Limit: 5, Lease: time.Minute, Token: uuid.New()})
+	if err != nil || len(got) != 1 || got[0].ID != msgs[2].ID {
+		t.Fatalf("exchange: %v, %v; want message %s claimed", got, err, msgs[2].ID)
+	}
+}
+
+func TestInsertTxWritesManyMessagesInOneStatement(t *testing.T) {
+	t.Parallel()
+	for _, notify := range []bool{false, true} {
+		t.Run(fmt.Sprintf("notify=%v", notify), func(t *testing.T) {
+			t.Parallel()
+			c := newCounter()
+			pool := tracedPool(t, c)
+			store := newStore(t, pool, outboxpg.Options{Notify: notify})
+			w := newWriter(t, store)
+			ctx := t.Context()
+
+			const n = 1000
+			msgs := make([]*outbox.Message, n)
+			for i := range msgs {
+				msgs[i] = &outbox.Message{Topic: "orders.created", Key: fmt.Sprint(i % 7), Payload: []byte(fmt.Sprint(i)),
+					Headers: map[string]string{"n": fmt.Sprint(i)}}
+			}
+			c.reset()
+			var inTx int64
+			err := w.Transact(ctx, func(tx pgx.Tx) error {
+				before := c.queries.Load()
+				err := w.Write(ctx, tx, msgs...)
+				inTx = c.queries.Load() - before
+				return err
+			})
+			if err != nil {
+				t.Fatalf("write %d messages: %v", n, err)
+			}
+			if inTx != 1 || c.batches.Load() != 0 {
+				t.Fatalf("writing %d messages sent %d queries and %d batches; want exactly 1 statement", n, inTx, c.batches.Load())
+			}
+			st, err := store.Stats(ctx)
+			if err != nil || st.Pending != n {
+				t.Fatalf("stats: %+v, %v; want %d pending", st, err, n)
+			}
+			m, err := store.Get(ctx, msgs[n-1].ID)
+			if err != nil || string(m.Payload) != fmt.Sprint(n-1) || m.Headers["n"] != fmt.Sprint(n-1) {
+				t.Fatalf("message %s: %+v, %v; want payload and header %d", msgs[n-1].ID, m, err, n-1)
+			}
+		})
+	}
+}
+
+func TestInsertTxRejectsMessagesWithoutID(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{})
+	err := store.RunInTx(t.Context(), func(tx pgx.Tx) error {
+		return store.InsertTx(t.Context(), tx, []*outbox.Message{{Topic: "orders.created"}})
+	})
+	if err == nil || !strings.Contains(err.Error(), "no ID") {
+		t.Fatalf("insert of a message without ID: %v; want an error saying it has no ID", err)
+	}
+}
+
+func TestRunInTxRollsBackOnPanic(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{})
+	w := newWriter(t, store)
+	m := &outbox.Message{Topic: "orders.created"}
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v; want the panic value boom", r)
+			}
+		}()
+		_ = store.RunInTx(t.Context(), func(tx pgx.Tx) error {
+			if err := w.Write(t.Context(), tx, m); err != nil {
+				return err
+			}
+			panic("boom")
+		})
+	}()
+	if _, err := store.Get(t.Context(), m.ID); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("message %s written before a panic: %v; want ErrNotFound (rolled back)", m.ID, err)
+	}
+}
+
+func TestSQLWriterWritesInTheCallersTx(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{Table: "order"}) // a reserved word, quoted
+	schema, _, _ := strings.Cut(store.Name(), ".")
+	sw, err := outboxpg.NewSQL(openDB(t, pool), outboxpg.Options{Schema: schema, Table: "order"})
+	if err != nil {
+		t.Fatalf("new SQL writer: %v", err)
+	}
+	w := newWriter(t, sw)
+	db := openDB(t, pool)
+	ctx := t.Context()
+
+	for _, commit := range []bool{true, false} {
+		m := &outbox.Message{Topic: "orders.created", Key: "o-1", Payload: []byte{1, 2, 3}, Headers: map[string]string{"a": "b"}}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		if _, err := tx.ExecContext(ctx, `SELECT 1`); err != nil { // the application's own work
+			t.Fatalf("exec: %v", err)
+		}
+		if err := w.Write(ctx, tx, m); err != nil {
+			t.Fatalf("write in *sql.Tx: %v", err)
+		}
+		if commit {
+			err = tx.Commit()
+		} else {
+			err = tx.Rollback()
+		}
+		if err != nil {
+			t.Fatalf("end transaction: %v", err)
+		}
+		got, err := store.Get(ctx, m.ID)
+		switch {
+		case commit && (err != nil || got.Key != "o-1" || !slices.Equal(got.Payload, []byte{1, 2, 3}) || got.Headers["a"] != "b"):
+			t.Fatalf("committed message %s: %+v, %v; want it stored with its fields", m.ID, got, err)
+		case !commit && !errors.Is(err, outbox.ErrNotFound):
+			t.Fatalf("rolled-back message %s: %v; want ErrNotFound", m.ID, err)
+		}
+	}
+}
+
+func TestPurgePublishedReturnsAtOnceWhileAnotherPurges(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{})
+	ctx := t.Context()
+	w := newWriter(t, store)
+	m := &outbox.Message{Topic: "orders.created"}
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	token := uuid.New()
+	if _, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 1, Lease: time.Minute, Token: token}); err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if _, err := store.Exchange(ctx, outbox.Settlement{Token: token, Published: []uuid.UUID{m.ID}, KeepPublished: true}, outbox.Claim{}); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, outboxpg.PurgeLockKey(store)); err != nil {
+		t.Fatalf("take the purge lock: %v", err)
+	}
+	before := time.Now().Add(time.Hour)
+	if n, err := store.PurgePublished(ctx, before, 10); err != nil || n != 0 {
+		t.Fatalf("purge while another holds the lock: %d, %v; want 0, nil", n, err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, outboxpg.PurgeLockKey(store)); err != nil {
+		t.Fatalf("release the purge lock: %v", err)
+	}
+	if n, err := store.PurgePublished(ctx, before, 10); err != nil || n != 1 {
+		t.Fatalf("purge after the lock was released: %d, %v; want 1 (message %s)", n, err, m.ID)
+	}
+}
+
+func TestAdminRejectsBadLimits(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, pgtest.Pool(t), outboxpg.Options{})
+	ctx := t.Context()
+	if _, err := store.ListDead(ctx, uuid.Nil, 0); err == nil {
+		t.Fatalf("ListDead with limit 0: no error; want one")
+	}
+	if _, err := store.PurgePublished(ctx, time.Now(), 0); err == nil {
+		t.Fatalf("PurgePublished with limit 0: no error; want one")
+	}
+	if _, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 1}); err == nil {
+		t.Fatalf("Exchange with a zero lease: no error; want one")
+	}
+	if n, err := store.DiscardDead(ctx); err != nil || n != 0 {
+		t.Fatalf("DiscardDead with no ids: %d, %v; want 0, nil (nothing discarded)", n, err)
+	}
+}
