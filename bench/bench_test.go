@@ -1,0 +1,189 @@
+// Package bench holds the benchmarks against a real PostgreSQL (set
+// TEST_DATABASE_URL, or run them through scripts/bench). They report
+// messages or commits per second as custom metrics; compare runs with
+// benchstat, never single numbers: these machines are shared and noisy.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxpg"
+)
+
+// backlog is how many messages each drain iteration publishes.
+const backlog = 50000
+
+func setup(b *testing.B, opts outboxpg.Options) (*pgxpool.Pool, *outboxpg.Store, outboxpg.Options) {
+	b.Helper()
+	ctx := context.Background()
+	opts.Schema = pgtest.Schema(b)
+	cfg := pgtest.Config(b)
+	cfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	m, err := outboxpg.NewMigrator(pool, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		b.Fatal(err)
+	}
+	store, err := outboxpg.New(pool, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pool, store, opts
+}
+
+// fill inserts n pending messages with 256-byte payloads in one statement.
+func fill(b *testing.B, pool *pgxpool.Pool, opts outboxpg.Options, n int) {
+	b.Helper()
+	_, err := pool.Exec(context.Background(), fmt.Sprintf(`
+		INSERT INTO %q.outbox (id, topic, key, payload, created_at)
+		SELECT gen_random_uuid(), 'bench', (g %% 64)::text, convert_to(repeat('x', 256), 'UTF8'), now()
+		FROM generate_series(1, $1) g`, opts.Schema), n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), fmt.Sprintf(`VACUUM ANALYZE %q.outbox`, opts.Schema)); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkRelayDrain measures how fast relays drain a backlog to a no-op
+// publisher, by batch size and relay count.
+func BenchmarkRelayDrain(b *testing.B) {
+	for _, batch := range []int{10, 100, 1000} {
+		for _, relays := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("batch=%d/relays=%d", batch, relays), func(b *testing.B) {
+				pool, store, opts := setup(b, outboxpg.Options{})
+				var published atomic.Int64
+				noop := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
+					published.Add(int64(len(msgs)))
+					return make([]error, len(msgs))
+				})
+				var elapsed time.Duration
+				for range b.N {
+					b.StopTimer()
+					fill(b, pool, opts, backlog)
+					published.Store(0)
+					b.StartTimer()
+					start := time.Now()
+					ctx, cancel := context.WithCancel(context.Background())
+					done := make(chan struct{}, relays)
+					for range relays {
+						r, err := outbox.NewRelay(store, noop, outbox.Config{BatchSize: batch, Workers: 2, Logger: quietLogger()})
+						if err != nil {
+							b.Fatal(err)
+						}
+						go func() { _ = r.Run(ctx); done <- struct{}{} }()
+					}
+					for {
+						st, err := store.Stats(context.Background())
+						if err != nil {
+							b.Fatal(err)
+						}
+						if st.Pending == 0 {
+							break
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					elapsed += time.Since(start)
+					cancel()
+					for range relays {
+						<-done
+					}
+				}
+				b.ReportMetric(float64(backlog*b.N)/elapsed.Seconds(), "msgs/s")
+			})
+		}
+	}
+}
+
+// BenchmarkRawDeleteCeiling is the SQL ceiling the relay is measured
+// against: a loop deleting and returning the oldest rows, no lease, no
+// publisher.
+func BenchmarkRawDeleteCeiling(b *testing.B) {
+	for _, batch := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			pool, _, opts := setup(b, outboxpg.Options{})
+			q := fmt.Sprintf(`DELETE FROM %[1]q.outbox WHERE id IN (
+				SELECT id FROM %[1]q.outbox WHERE status = 'pending' ORDER BY available_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
+				RETURNING id, topic, key, payload, headers, created_at`, opts.Schema)
+			var elapsed time.Duration
+			for range b.N {
+				b.StopTimer()
+				fill(b, pool, opts, backlog)
+				b.StartTimer()
+				start := time.Now()
+				for {
+					rows, err := pool.Query(context.Background(), q, batch)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n := 0
+					for rows.Next() {
+						n++
+					}
+					if rows.Err() != nil {
+						b.Fatal(rows.Err())
+					}
+					if n == 0 {
+						break
+					}
+				}
+				elapsed += time.Since(start)
+			}
+			b.ReportMetric(float64(backlog*b.N)/elapsed.Seconds(), "msgs/s")
+		})
+	}
+}
+
+// BenchmarkWriterCommits measures commits per second of 8 concurrent writers,
+// each transaction inserting one message, with and without NOTIFY: the cost
+// NOTIFY's commit-time lock puts on the application.
+func BenchmarkWriterCommits(b *testing.B) {
+	for _, notify := range []bool{false, true} {
+		b.Run(fmt.Sprintf("notify=%v", notify), func(b *testing.B) {
+			_, store, _ := setup(b, outboxpg.Options{Notify: notify})
+			w, err := outbox.NewWriter(store, outbox.WriterConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			payload := make([]byte, 256)
+			b.SetParallelism(4) // 8 writers on 2 cores
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					err := store.RunInTx(ctx, func(tx pgx.Tx) error {
+						return w.Write(ctx, tx, &outbox.Message{Topic: "bench", Payload: payload})
+					})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "commits/s")
+		})
+	}
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
