@@ -92,22 +92,27 @@ WHERE id = ANY($1::uuid[]) AND lease_token = $2 AND status = 'pending'`),
 SELECT ceil(EXTRACT(EPOCH FROM min(available_at) - now()) * 1000000)::bigint
 FROM {t} WHERE status = 'pending'`),
 		purgeLock: `SELECT pg_try_advisory_xact_lock($1)`,
+		// = ANY(ARRAY(...)) runs the bounded subquery once and deletes by
+		// primary key; IN (...) may be planned as a join over the whole table.
 		purge: sql(`
-DELETE FROM {t} WHERE id IN (
+DELETE FROM {t} WHERE id = ANY(ARRAY(
 	SELECT id FROM {t}
 	WHERE status = 'published' AND published_at < $1
 	ORDER BY published_at
 	LIMIT $2
-) AND status = 'published'`),
+)) AND status = 'published'`),
 
+		// One query, but a subquery per count so each reads its partial
+		// index rather than the whole table: with retention on, published
+		// rows may outnumber the others by far, and metrics call this often.
 		stats: sql(`
 SELECT
-	count(*) FILTER (WHERE status = 'pending'),
-	count(*) FILTER (WHERE status = 'pending' AND lease_token IS NOT NULL AND available_at > now()),
-	count(*) FILTER (WHERE status = 'dead'),
-	count(*) FILTER (WHERE status = 'published'),
-	COALESCE(GREATEST(0, floor(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'pending')) * 1000000)), 0)::bigint
-FROM {t}`),
+	(SELECT count(*) FROM {t} WHERE status = 'pending'),
+	(SELECT count(*) FROM {t} WHERE status = 'pending' AND lease_token IS NOT NULL AND available_at > now()),
+	(SELECT count(*) FROM {t} WHERE status = 'dead'),
+	(SELECT count(*) FROM {t} WHERE status = 'published'),
+	(SELECT COALESCE(GREATEST(0, floor(EXTRACT(EPOCH FROM now() - min(created_at)) * 1000000)), 0)::bigint
+		FROM {t} WHERE status = 'pending')`),
 		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = $1`),
 		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > $1 ORDER BY id LIMIT $2`),
 		retryDead: sql(`

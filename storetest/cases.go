@@ -524,6 +524,20 @@ func testStats(t *testing.T, s *suite) {
 	if st.OldestPending < age || st.OldestPending > age+waitTimeout {
 		t.Fatalf("stats: oldest pending %v; want the age of message %s, about %v", st.OldestPending, msgs[4].ID, age)
 	}
+
+	// A message whose lease ran out is pending but no longer in flight.
+	const shortLease = 500 * time.Millisecond
+	s.claimIDs(t, 1, shortLease, msgs[3].ID)
+	if st := s.stats(t); st.InFlight != 2 || st.Pending != 4 {
+		t.Fatalf("stats with message %s leased for %v: %+v; want 2 in flight of 4 pending", msgs[3].ID, shortLease, st)
+	}
+	deadline := time.Now().Add(waitTimeout)
+	for st := s.stats(t); st.InFlight != 1 || st.Pending != 4; st = s.stats(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats after the lease of message %s expired: %+v; want 1 in flight of 4 pending", msgs[3].ID, st)
+		}
+		time.Sleep(pollInterval)
+	}
 }
 
 func testListDead(t *testing.T, s *suite) {
