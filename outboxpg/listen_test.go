@@ -2,6 +2,7 @@ package outboxpg_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -24,18 +25,21 @@ func TestNotifyFiresOnCommitOnly(t *testing.T) {
 		name   string
 		notify bool
 		commit bool
+		sql    bool // write through database/sql instead of pgx
 		want   int
 	}{
-		{"notify on, commit", true, true, 1},
-		{"notify on, rollback", true, false, 0},
-		{"notify off, commit", false, true, 0},
+		{"notify on, commit", true, true, false, 1},
+		{"notify on, rollback", true, false, false, 0},
+		{"notify off, commit", false, true, false, 0},
+		{"database/sql, notify on, commit", true, true, true, 1},
+		{"database/sql, notify on, rollback", true, false, true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			pool := pgtest.Pool(t)
-			store := newStore(t, pool, outboxpg.Options{Notify: tt.notify})
-			w := newWriter(t, store)
+			opts := outboxpg.Options{Schema: pgtest.Schema(t), Notify: tt.notify}
+			store := newStore(t, pool, opts)
 			ctx := t.Context()
 
 			conn, err := pool.Acquire(ctx)
@@ -49,15 +53,23 @@ func TestNotifyFiresOnCommitOnly(t *testing.T) {
 			}
 
 			m := &outbox.Message{Topic: "orders.created"}
-			err = store.RunInTx(ctx, func(tx pgx.Tx) error {
-				if err := w.Write(ctx, tx, m); err != nil {
-					return err
-				}
-				if !tt.commit {
+			end := func(err error) error {
+				if err == nil && !tt.commit {
 					return errRollback
 				}
-				return nil
-			})
+				return err
+			}
+			if tt.sql {
+				sw, err := outboxpg.NewSQL(openDB(t, pool), opts)
+				if err != nil {
+					t.Fatalf("new SQL writer: %v", err)
+				}
+				w := newWriter(t, sw)
+				err = sw.RunInTx(ctx, func(tx *sql.Tx) error { return end(w.Write(ctx, tx, m)) })
+			} else {
+				w := newWriter(t, store)
+				err = store.RunInTx(ctx, func(tx pgx.Tx) error { return end(w.Write(ctx, tx, m)) })
+			}
 			if err != nil && !errors.Is(err, errRollback) {
 				t.Fatalf("write: %v", err)
 			}

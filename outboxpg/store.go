@@ -88,7 +88,7 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 		delays := make([]int64, len(settle.Retry))
 		errs := make([]string, len(settle.Retry))
 		for i, r := range settle.Retry {
-			ids[i], delays[i], errs[i] = r.ID, max(r.Delay, 0).Microseconds(), r.Error
+			ids[i], delays[i], errs[i] = r.ID, micros(max(r.Delay, 0)), r.Error
 		}
 		b.Queue(s.stmts.settleRetry, ids, delays, errs, settle.Token)
 	}
@@ -102,7 +102,7 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 	}
 	settles := b.Len()
 	if claim.Limit > 0 {
-		b.Queue(s.stmts.claim, leaseMicros(claim.Lease), claim.Token, claim.Limit)
+		b.Queue(s.stmts.claim, micros(claim.Lease), claim.Token, claim.Limit)
 	}
 	if b.Len() == 0 {
 		return nil, nil
@@ -146,9 +146,9 @@ func (s *Store) readExchange(br pgx.BatchResults, settles int, claiming bool) ([
 	return msgs, nil
 }
 
-// leaseMicros rounds a lease up to whole microseconds, so a lease is never
-// shorter than asked.
-func leaseMicros(d time.Duration) int64 {
+// micros rounds d up to whole microseconds, the database's resolution, so
+// leases and retry delays are never shorter than asked.
+func micros(d time.Duration) int64 {
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
