@@ -60,9 +60,9 @@ func TestNotifyFiresOnCommitOnly(t *testing.T) {
 				return err
 			}
 			if tt.sql {
-				sw, err := outboxpg.NewSQL(openDB(t, pool), opts)
-				if err != nil {
-					t.Fatalf("new SQL writer: %v", err)
+				sw, nerr := outboxpg.NewSQL(openDB(t, pool), opts)
+				if nerr != nil {
+					t.Fatalf("new SQL writer: %v", nerr)
 				}
 				w := newWriter(t, sw)
 				err = sw.RunInTx(ctx, func(tx *sql.Tx) error { return end(w.Write(ctx, tx, m)) })
