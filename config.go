@@ -80,6 +80,14 @@ type Config struct {
 	Workers int
 }
 
+// Validate reports the first invalid field of c as a *ConfigError, or nil.
+// NewRelay validates too; call Validate to check a configuration early, for
+// example before opening connections.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 // withDefaults validates c and returns a copy with every zero field set to
 // its default.
 func (c Config) withDefaults() (Config, error) {

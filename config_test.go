@@ -56,6 +56,9 @@ func TestConfigValidationNamesFieldValueAndFix(t *testing.T) {
 		{Config{RetentionBatch: -5}, "Config.RetentionBatch"},
 	}
 	for _, tt := range tests {
+		if err := tt.cfg.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error for %s", tt.cfg, tt.field)
+		}
 		_, err := tt.cfg.withDefaults()
 		var ce *ConfigError
 		if !errors.As(err, &ce) || ce.Field != tt.field {

@@ -30,7 +30,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRootCommand(stdout, stderr)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
-		msg := redact(err.Error())
+		// One line, whatever the error: drivers like to add indented details.
+		msg := redact(strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " "))
 		if !strings.HasPrefix(msg, "outbox") {
 			msg = "outbox: " + msg
 		}

@@ -33,6 +33,9 @@ Publishers: stdout: (one JSON object per line).`,
 				return err
 			}
 			cfg.Logger = logger
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
 			pub, err := openPublisher(publisherURL, cmd)
 			if err != nil {
 				return err
