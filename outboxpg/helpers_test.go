@@ -63,8 +63,10 @@ func dbNow(pool *pgxpool.Pool) func(ctx context.Context) (time.Time, error) {
 }
 
 // pgxHarness writes through pgx transactions.
-func pgxHarness(t *testing.T) storetest.Harness {
-	pool := pgtest.Pool(t)
+func pgxHarness(t *testing.T) storetest.Harness { return pgxHarnessOn(t, pgtest.Pool(t)) }
+
+// pgxHarnessOn is pgxHarness on a pool of the caller's.
+func pgxHarnessOn(t *testing.T, pool *pgxpool.Pool) storetest.Harness {
 	store := newStore(t, pool, outboxpg.Options{})
 	w := newWriter(t, store)
 	return storetest.Harness{

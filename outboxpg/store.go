@@ -81,28 +81,28 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 		if settle.KeepPublished {
 			q = s.stmts.settleKept
 		}
-		b.Queue(q, settle.Published, settle.Token)
+		b.Queue(q, pgUUIDs(settle.Published), pgUUID(settle.Token))
 	}
 	if len(settle.Retry) > 0 {
-		ids := make([]uuid.UUID, len(settle.Retry))
+		ids := make([]pgtype.UUID, len(settle.Retry))
 		delays := make([]int64, len(settle.Retry))
 		errs := make([]string, len(settle.Retry))
 		for i, r := range settle.Retry {
-			ids[i], delays[i], errs[i] = r.ID, micros(max(r.Delay, 0)), r.Error
+			ids[i], delays[i], errs[i] = pgUUID(r.ID), micros(max(r.Delay, 0)), r.Error
 		}
-		b.Queue(s.stmts.settleRetry, ids, delays, errs, settle.Token)
+		b.Queue(s.stmts.settleRetry, ids, delays, errs, pgUUID(settle.Token))
 	}
 	if len(settle.Dead) > 0 {
-		ids := make([]uuid.UUID, len(settle.Dead))
+		ids := make([]pgtype.UUID, len(settle.Dead))
 		errs := make([]string, len(settle.Dead))
 		for i, d := range settle.Dead {
-			ids[i], errs[i] = d.ID, d.Error
+			ids[i], errs[i] = pgUUID(d.ID), d.Error
 		}
-		b.Queue(s.stmts.settleDead, ids, errs, settle.Token)
+		b.Queue(s.stmts.settleDead, ids, errs, pgUUID(settle.Token))
 	}
 	settles := b.Len()
 	if claim.Limit > 0 {
-		b.Queue(s.stmts.claim, micros(claim.Lease), claim.Token, claim.Limit)
+		b.Queue(s.stmts.claim, micros(claim.Lease), pgUUID(claim.Token), claim.Limit)
 	}
 	if b.Len() == 0 {
 		return nil, nil
@@ -146,6 +146,19 @@ func (s *Store) readExchange(br pgx.BatchResults, settles int, claiming bool) ([
 	return msgs, nil
 }
 
+// pgUUID and pgUUIDs convert ids to a type pgx encodes in every query mode,
+// the simple protocol (PgBouncer set-ups) included, where it cannot ask the
+// server for the parameter types.
+func pgUUID(id uuid.UUID) pgtype.UUID { return pgtype.UUID{Bytes: id, Valid: true} }
+
+func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
+	out := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		out[i] = pgUUID(id)
+	}
+	return out
+}
+
 // micros rounds d up to whole microseconds, the database's resolution, so
 // leases and retry delays are never shorter than asked.
 func micros(d time.Duration) int64 {
@@ -158,7 +171,7 @@ func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) e
 	if len(ids) == 0 {
 		return nil
 	}
-	if _, err := s.pool.Exec(ctx, s.stmts.release, ids, token); err != nil {
+	if _, err := s.pool.Exec(ctx, s.stmts.release, pgUUIDs(ids), pgUUID(token)); err != nil {
 		return fmt.Errorf("outboxpg: release %d message(s) in %s: %w", len(ids), s.Name(), err)
 	}
 	return nil
@@ -224,7 +237,7 @@ func (s *Store) Stats(ctx context.Context) (outbox.Stats, error) {
 // Get returns the message with the given id, in any state, or an error
 // wrapping outbox.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
-	rows, _ := s.pool.Query(ctx, s.stmts.get, id)
+	rows, _ := s.pool.Query(ctx, s.stmts.get, pgUUID(id))
 	msgs, err := collectMessages(rows)
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("outboxpg: get message %s from %s: %w", id, s.Name(), err)
@@ -241,7 +254,7 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 	if limit <= 0 {
 		return nil, fmt.Errorf("outboxpg: list dead messages in %s: limit %d must be positive", s.Name(), limit)
 	}
-	rows, _ := s.pool.Query(ctx, s.stmts.listDead, after, limit)
+	rows, _ := s.pool.Query(ctx, s.stmts.listDead, pgUUID(after), limit)
 	msgs, err := collectMessages(rows)
 	if err != nil {
 		return nil, fmt.Errorf("outboxpg: list dead messages in %s after %s: %w", s.Name(), after, err)
@@ -255,7 +268,7 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 func (s *Store) RetryDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
 	q, args := s.stmts.retryAll, []any(nil)
 	if len(ids) > 0 {
-		q, args = s.stmts.retryDead, []any{ids}
+		q, args = s.stmts.retryDead, []any{pgUUIDs(ids)}
 	}
 	tag, err := s.pool.Exec(ctx, q, args...)
 	if err != nil {
@@ -271,7 +284,7 @@ func (s *Store) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) 
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, s.stmts.discardDead, ids)
+	tag, err := s.pool.Exec(ctx, s.stmts.discardDead, pgUUIDs(ids))
 	if err != nil {
 		return 0, fmt.Errorf("outboxpg: discard dead messages in %s: %w", s.Name(), err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
@@ -21,6 +22,33 @@ import (
 func TestConformanceWithPgx(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, pgxHarness)
+}
+
+// TestConformanceInEveryQueryExecMode runs the suite with the query modes that
+// work without prepared statements (PgBouncer in transaction mode) or without
+// asking the server for parameter types (the simple protocol).
+func TestConformanceInEveryQueryExecMode(t *testing.T) {
+	t.Parallel()
+	modes := []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec,
+		pgx.QueryExecModeSimpleProtocol,
+	}
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			cfg := pgtest.Config(t)
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			cfg.MaxConns = 8
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			if err != nil {
+				t.Fatalf("new pool: %v", err)
+			}
+			t.Cleanup(pool.Close)
+			storetest.Run(t, func(t *testing.T) storetest.Harness { return pgxHarnessOn(t, pool) })
+		})
+	}
 }
 
 func TestConformanceWithDatabaseSQL(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/go-outbox/outbox"
 )
@@ -138,7 +139,7 @@ func newInserter(n names, stmts *statements, notify bool) inserter {
 // statement text and the parameter count do not depend on len(msgs).
 func (in *inserter) build(msgs []*outbox.Message) (string, []any, error) {
 	var (
-		ids      = make([]uuid.UUID, len(msgs))
+		ids      = make([]pgtype.UUID, len(msgs))
 		topics   = make([]string, len(msgs))
 		keys     = make([]string, len(msgs))
 		payloads = make([][]byte, len(msgs))
@@ -154,7 +155,7 @@ func (in *inserter) build(msgs []*outbox.Message) (string, []any, error) {
 			return "", nil, fmt.Errorf("outboxpg: insert into %s: message %d of %d (topic %q) has no ID; write through outbox.Writer, which assigns one",
 				in.name, i, len(msgs), m.Topic)
 		}
-		ids[i] = m.ID
+		ids[i] = pgUUID(m.ID)
 		topics[i] = m.Topic
 		keys[i] = m.Key
 		payloads[i] = m.Payload
