@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -25,7 +26,7 @@ func newRelayCommand(g *globalFlags) *cobra.Command {
 until SIGINT or SIGTERM; then it finishes the batches in flight (or releases them
 after --shutdown-timeout) and exits.
 
-Publishers: stdout: (one JSON object per line).`,
+Publishers (--publisher): stdout: (one JSON object per line), kafka://, amqp://,\nnats://, http(s):// (webhook). Secrets in the URL are never logged.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(g.logLevel, cmd.ErrOrStderr())
@@ -40,6 +41,7 @@ Publishers: stdout: (one JSON object per line).`,
 			if err != nil {
 				return err
 			}
+			defer closePublisher(pub)
 			b, err := g.open(cmd.Context(), false)
 			if err != nil {
 				return err
@@ -70,7 +72,7 @@ Publishers: stdout: (one JSON object per line).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&publisherURL, "publisher", "stdout:", "where to publish: stdout:")
+	f.StringVar(&publisherURL, "publisher", "stdout:", "where to publish: stdout:, kafka://host:9092, amqp://user:pass@host:5672/vhost?exchange=x, nats://host:4222?stream=s, https://host/hook")
 	f.IntVar(&cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "messages claimed and published at once")
 	f.IntVar(&cfg.Workers, "workers", outbox.WorkersDefault, "batches published concurrently")
 	f.DurationVar(&cfg.LeaseDuration, "lease", outbox.LeaseDurationDefault, "how long a claimed batch stays reserved")
@@ -85,15 +87,33 @@ Publishers: stdout: (one JSON object per line).`,
 	return cmd
 }
 
-// openPublisher builds the publisher a --publisher URL names.
+// openPublisher builds the publisher a --publisher URL names; the scheme picks
+// the broker. Each broker's glue lives in its own file (publisher_*.go).
 func openPublisher(raw string, cmd *cobra.Command) (outbox.Publisher, error) {
+	rememberSecret(raw)
 	scheme, _, _ := strings.Cut(raw, ":")
 	switch strings.ToLower(scheme) {
 	case "stdout":
 		return &outbox.JSONLines{W: cmd.OutOrStdout()}, nil
+	case "kafka":
+		return openKafka(raw)
+	case "amqp", "amqps":
+		return openAMQP(raw)
+	case "nats", "tls":
+		return openNATS(raw)
+	case "http", "https":
+		return openWebhook(raw)
 	default:
-		return nil, usagef("--publisher %q: unknown scheme %q; use stdout:", redact(raw), scheme)
+		return nil, usagef("--publisher %q: unknown scheme %q; use stdout:, kafka://, amqp://, nats:// or https://", redact(raw), scheme)
 	}
+}
+
+// closePublisher closes pub if it holds connections.
+func closePublisher(pub outbox.Publisher) error {
+	if c, ok := pub.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 func newLogger(level string, w interface{ Write([]byte) (int, error) }) (*slog.Logger, error) {
