@@ -234,7 +234,8 @@ func (r *Relay) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(context.WithoutCancel(ctx), storeCallTimeout)
 }
 
-// storeCallTimeout bounds one store call of a worker.
+// storeCallTimeout bounds one store call, so a connection that stalls (rather
+// than breaks) cannot stall the relay.
 const storeCallTimeout = 15 * time.Second
 
 // publish hands batch to the publisher and turns its results into a
@@ -381,6 +382,8 @@ func (r *Relay) dispatch(ctx context.Context) {
 // probe asks the store when the next message is due, opens the gate if one is
 // due now, and returns how long to wait at most before the next look.
 func (r *Relay) probe(ctx context.Context) time.Duration {
+	ctx, cancel := context.WithTimeout(ctx, storeCallTimeout) // a stalled connection must not stall the relay
+	defer cancel()
 	wait, ok, err := r.store.NextDue(ctx)
 	switch {
 	case err != nil:
@@ -408,7 +411,9 @@ func (r *Relay) cleanPublished(ctx context.Context) {
 	defer t.Stop()
 	for {
 		for {
-			n, err := r.store.PurgePublished(ctx, time.Now().Add(-r.cfg.Retention), r.cfg.RetentionBatch)
+			callCtx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+			n, err := r.store.PurgePublished(callCtx, time.Now().Add(-r.cfg.Retention), r.cfg.RetentionBatch)
+			cancel()
 			if err != nil {
 				if ctx.Err() == nil {
 					r.log.Warn("outbox relay: cleanup of published messages failed", slog.Any("error", err))

@@ -1,0 +1,344 @@
+//go:build fault
+
+// Package fault is the fault-injection suite: relay processes killed at random
+// moments, the database stopped and restarted, a stalled connection. Every
+// scenario ends with the same invariant check: every committed message
+// delivered, no rolled-back message delivered, duplicates only from batches in
+// flight at a fault, counted and bounded. Run it with scripts/fault (it needs
+// a PostgreSQL it may stop: TEST_PG_CTL, TEST_PGDATA, TEST_PG_RUNAS).
+package fault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/clitest"
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxpg"
+)
+
+// report collects one line per scenario, printed after all tests.
+var report struct {
+	sync.Mutex
+	lines []string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	report.Lock()
+	sort.Strings(report.lines)
+	fmt.Println("\nfault suite report")
+	fmt.Printf("%-40s %9s %9s %7s %10s %6s\n", "scenario", "committed", "ambiguous", "faults", "duplicates", "bound")
+	for _, l := range report.lines {
+		fmt.Println(l)
+	}
+	report.Unlock()
+	os.Exit(code)
+}
+
+// scenario is one run: a table, writers, relay processes and the file they
+// publish to.
+type scenario struct {
+	t         *testing.T
+	name      string
+	url       string
+	schema    string
+	pool      *pgxpool.Pool
+	store     *outboxpg.Store
+	published string
+	out       *os.File
+
+	mu         sync.Mutex
+	committed  []uuid.UUID // commit returned nil: must be delivered
+	ambiguous  []uuid.UUID // commit returned an error: may or may not be
+	rolledBack []uuid.UUID // rolled back on purpose: must never be delivered
+}
+
+func newScenario(t *testing.T, name string) *scenario {
+	ctx := context.Background()
+	s := &scenario{t: t, name: name, url: pgtest.URL(t), schema: pgtest.Schema(t)}
+	cfg := pgtest.Config(t)
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s.pool = pool
+	opts := outboxpg.Options{Schema: s.schema}
+	m, err := outboxpg.NewMigrator(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.store, err = outboxpg.New(pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	s.published = filepath.Join(t.TempDir(), "published.jsonl")
+	if s.out, err = os.OpenFile(s.published, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.out.Close() })
+	return s
+}
+
+// relayArgs are the flags every relay of the scenario gets, plus extra.
+func (s *scenario) startRelay(url string, extra ...string) *clitest.Relay {
+	args := append([]string{"--database-url", url, "--schema", s.schema, "--batch-size", "50", "--workers", "2",
+		"--lease", "3s", "--poll-interval", "100ms", "--log-level", "warn"}, extra...)
+	return clitest.StartRelay(s.t, s.out, args...)
+}
+
+// write commits total messages in transactions of ten from writers
+// goroutines, rolling back every seventh transaction on purpose. Failed
+// transactions (the database is down) are retried with new messages until
+// total are committed. It returns when done or ctx ends.
+func (s *scenario) write(ctx context.Context, total, writers int) error {
+	w, err := outbox.NewWriter(s.store, outbox.WriterConfig{})
+	if err != nil {
+		return err
+	}
+	var committedCount int
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			for tx := 0; ; tx++ {
+				s.mu.Lock()
+				done := committedCount >= total
+				s.mu.Unlock()
+				if done || ctx.Err() != nil {
+					return
+				}
+				msgs := make([]*outbox.Message, 10)
+				for i := range msgs {
+					msgs[i] = &outbox.Message{Topic: "fault", Key: fmt.Sprintf("k%d", i), Payload: fmt.Appendf(nil, `{"w":%d,"tx":%d}`, g, tx)}
+				}
+				rollback := tx%7 == 3
+				err := s.store.RunInTx(ctx, func(tx pgx.Tx) error {
+					if err := w.Write(ctx, tx, msgs...); err != nil {
+						return err
+					}
+					if rollback {
+						return errRollback
+					}
+					return nil
+				})
+				ids := make([]uuid.UUID, len(msgs))
+				for i, m := range msgs {
+					ids[i] = m.ID
+				}
+				s.mu.Lock()
+				switch {
+				case errors.Is(err, errRollback):
+					s.rolledBack = append(s.rolledBack, ids...)
+				case err == nil:
+					s.committed = append(s.committed, ids...)
+					committedCount += len(ids)
+				case ids[0] != uuid.Nil:
+					// The statement may have run and the commit's answer
+					// been lost: either outcome is possible.
+					s.ambiguous = append(s.ambiguous, ids...)
+				}
+				s.mu.Unlock()
+				if err != nil && !errors.Is(err, errRollback) {
+					time.Sleep(50 * time.Millisecond) // the database is away: do not spin
+				} else {
+					w.Notify()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+var errRollback = errors.New("rolled back on purpose")
+
+// drain waits until nothing is pending, reading through a fresh query each
+// time (the pool reconnects after an outage).
+func (s *scenario) drain(timeout time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := s.store.Stats(context.Background())
+		if err == nil && st.Pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s: after %v still not drained: %+v (err %v)", s.name, timeout, st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// check verifies the invariants and records the scenario in the report.
+func (s *scenario) check(faults, bound int) {
+	s.t.Helper()
+	counts := clitest.Published(s.t, s.published)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	duplicates := 0
+	for _, id := range s.committed {
+		switch n := counts[id]; {
+		case n == 0:
+			s.t.Errorf("%s: committed message %s was never delivered", s.name, id)
+		case n > 1:
+			duplicates += n - 1
+		}
+	}
+	for _, id := range s.ambiguous {
+		if n := counts[id]; n > 1 {
+			duplicates += n - 1
+		}
+	}
+	for _, id := range s.rolledBack {
+		if counts[id] != 0 {
+			s.t.Errorf("%s: rolled-back message %s was delivered %d times", s.name, id, counts[id])
+		}
+	}
+	known := len(s.committed) + len(s.ambiguous)
+	if extra := len(counts) - known; extra > 0 {
+		s.t.Errorf("%s: %d delivered messages were never written", s.name, extra)
+	}
+	line := fmt.Sprintf("%-40s %9d %9d %7d %10d %6d", s.name, len(s.committed), len(s.ambiguous), faults, duplicates, bound)
+	report.Lock()
+	report.lines = append(report.lines, line)
+	report.Unlock()
+	s.t.Log(line)
+	if duplicates > bound {
+		s.t.Errorf("%s: %d duplicates, want at most %d (batches in flight at the faults)", s.name, duplicates, bound)
+	}
+}
+
+// TestFaultRelayKilledTenTimes kills relay processes with SIGKILL at random
+// moments, ten times in a 50,000-message run, restarting each.
+func TestFaultRelayKilledTenTimes(t *testing.T) {
+	s := newScenario(t, "relay SIGKILL x10, 50k messages, 2 relays")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	writeDone := make(chan error, 1)
+	go func() { writeDone <- s.write(ctx, 50000, 4) }()
+	relays := []*clitest.Relay{s.startRelay(s.url), s.startRelay(s.url)}
+	const kills = 10
+	for k := range kills {
+		before := clitest.Lines(t, s.published)
+		waitFor(t, time.Minute, "relays to publish", func() bool { return clitest.Lines(t, s.published) > before })
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+		i := k % len(relays)
+		relays[i].Kill()
+		relays[i] = s.startRelay(s.url)
+	}
+	if err := <-writeDone; err != nil {
+		t.Fatal(err)
+	}
+	s.drain(2 * time.Minute)
+	for _, r := range relays {
+		r.Stop()
+	}
+	// Each kill can duplicate what the killed relay had in flight.
+	s.check(kills, kills*2*50)
+}
+
+// TestFaultDatabaseRestartedMidRun stops PostgreSQL (fast shutdown) while
+// writers and relays run, starts it again, and expects both to reconnect by
+// themselves.
+func TestFaultDatabaseRestartedMidRun(t *testing.T) {
+	ctl := pgControl(t)
+	s := newScenario(t, "PostgreSQL restart, 20k messages, 2 relays")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	writeDone := make(chan error, 1)
+	go func() { writeDone <- s.write(ctx, 20000, 4) }()
+	relays := []*clitest.Relay{s.startRelay(s.url), s.startRelay(s.url)}
+	waitFor(t, time.Minute, "relays to publish", func() bool { return clitest.Lines(t, s.published) > 2000 })
+	ctl("stop", "-m", "fast")
+	time.Sleep(2 * time.Second) // the outage
+	ctl("start", "-l", filepath.Join(os.TempDir(), "outbox-fault-pg.log"))
+	if err := <-writeDone; err != nil {
+		t.Fatal(err)
+	}
+	s.drain(2 * time.Minute)
+	for _, r := range relays {
+		if r.Exited() {
+			t.Errorf("a relay process exited during the database outage instead of reconnecting")
+		}
+		r.Stop()
+	}
+	// Each relay may have had its batches in flight when the database went
+	// away; their leases may expire during the outage.
+	s.check(1, 2*2*50)
+}
+
+// pgControl returns a function running pg_ctl on the test server, or skips
+// (fails in CI) when the server is not ours to stop.
+func pgControl(t *testing.T) func(args ...string) {
+	ctlPath, data := os.Getenv("TEST_PG_CTL"), os.Getenv("TEST_PGDATA")
+	if ctlPath == "" || data == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("TEST_PG_CTL and TEST_PGDATA are not set; scripts/fault sets them")
+		}
+		t.Skip("TEST_PG_CTL and TEST_PGDATA are not set: run through scripts/fault")
+	}
+	return func(args ...string) {
+		cmdline := append([]string{ctlPath, "-D", data, "-w"}, args...)
+		if user := os.Getenv("TEST_PG_RUNAS"); user != "" {
+			cmdline = append([]string{"runuser", "-u", user, "--"}, cmdline...)
+		}
+		out, err := execCommand(cmdline...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(cmdline, " "), err, out)
+		}
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestFaultStalledDatabaseConnection puts a TCP proxy that stops forwarding
+// (without closing) between one relay and the database: the relay's leases
+// expire and another relay takes its messages over.
+func TestFaultStalledDatabaseConnection(t *testing.T) {
+	s := newScenario(t, "stalled relay-database link, 10k msgs")
+	p := startProxy(t, hostPort(t, s.url))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	writeDone := make(chan error, 1)
+	go func() { writeDone <- s.write(ctx, 10000, 2) }()
+	stalled := s.startRelay(p.url(t, s.url))
+	waitFor(t, time.Minute, "the proxied relay to publish", func() bool { return clitest.Lines(t, s.published) > 1000 })
+	p.stall(true)
+	taker := s.startRelay(s.url)
+	if err := <-writeDone; err != nil {
+		t.Fatal(err)
+	}
+	s.drain(2 * time.Minute)
+	p.stall(false)
+	taker.Stop()
+	stalled.Stop()
+	// The stalled relay's batches in flight may be published twice.
+	s.check(1, 2*50)
+}

@@ -1,0 +1,136 @@
+// Package clitest builds the outbox command once per test binary and runs relay
+// processes of it that publish to a JSON-lines file, for tests that kill,
+// stall or restart relays for real.
+package clitest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+var build = sync.OnceValues(func() (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	dir, err := os.MkdirTemp("", "outbox-cli-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "outbox")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/outbox")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/outbox: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// Binary returns the path of the outbox command, building it on first use.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// Relay is a running `outbox relay` process publishing to a shared file.
+type Relay struct {
+	Cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan struct{}
+}
+
+// StartRelay starts `outbox relay --publisher stdout:` with args, its output
+// appended to the file out. The process is killed when the test ends.
+func StartRelay(t testing.TB, out *os.File, args ...string) *Relay {
+	t.Helper()
+	cmd := exec.Command(Binary(t), append([]string{"relay", "--publisher", "stdout:"}, args...)...)
+	cmd.Stdout = out
+	r := &Relay{Cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	cmd.Stderr = r.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); close(r.done) }()
+	t.Cleanup(func() {
+		r.Kill()
+		if t.Failed() && r.stderr.Len() > 0 {
+			t.Logf("relay %d stderr:\n%s", cmd.Process.Pid, r.stderr.String())
+		}
+	})
+	return r
+}
+
+// Kill sends SIGKILL and waits for the process to end.
+func (r *Relay) Kill() {
+	_ = r.Cmd.Process.Kill()
+	<-r.done
+}
+
+// Stop sends SIGTERM (graceful shutdown) and waits for the process to end.
+func (r *Relay) Stop() {
+	_ = r.Cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-r.done:
+	case <-time.After(60 * time.Second):
+		r.Kill()
+	}
+}
+
+// Exited reports whether the process has ended.
+func (r *Relay) Exited() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Published counts each message id in a JSON-lines file written by stdout
+// publishers. A torn last line (a kill mid-write) is ignored: that message was
+// not confirmed.
+func Published(t testing.TB, path string) map[uuid.UUID]int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	counts := map[uuid.UUID]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct{ ID uuid.UUID }
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			continue
+		}
+		counts[line.ID]++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return counts
+}
+
+// Lines counts the complete lines in path.
+func Lines(t testing.TB, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Count(b, []byte{'\n'})
+}
