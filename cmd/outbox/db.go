@@ -124,6 +124,10 @@ func rememberSecret(raw string) {
 			secrets = append(secrets, p)
 		}
 	}
+	// URLs that do not parse still have a recognisable user:password@.
+	for _, m := range urlPassword.FindAllStringSubmatch(raw, -1) {
+		secrets = append(secrets, m[2])
+	}
 	// Key-value connection strings: password=...
 	for _, m := range kvPassword.FindAllStringSubmatch(raw, -1) {
 		secrets = append(secrets, m[1])
@@ -132,7 +136,7 @@ func rememberSecret(raw string) {
 
 var (
 	kvPassword  = regexp.MustCompile(`password=([^\s&]+)`)
-	urlPassword = regexp.MustCompile(`(://[^:/@\s]+:)[^@\s]+@`)
+	urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)([^@\s]+)@`)
 )
 
 // redact removes passwords from s.
