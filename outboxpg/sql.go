@@ -69,9 +69,12 @@ WHERE t.id = d.id AND t.lease_token = $3`),
 		// The lease is available_at itself: a claimed message is due again when
 		// its lease runs out, so a crashed relay's messages come back without
 		// any clean-up. MATERIALIZED makes the locking subquery run exactly
-		// once whatever plan the UPDATE gets. RETURNING yields rows in no
-		// particular order, so it also returns the due time the rows were
-		// claimed at, and the caller sorts.
+		// once whatever plan the UPDATE gets. The UPDATE finds its rows with
+		// id = ANY(ARRAY(...)), an index lookup per id: joining the CTE
+		// instead lets the planner pick a hash join over a sequential scan of
+		// the whole table once it holds some tens of thousands of rows.
+		// RETURNING cannot see the old due time, so the final join with c
+		// brings it back, and the caller sorts (RETURNING has no order).
 		claim: sql(`
 WITH c AS MATERIALIZED (
 	SELECT id, available_at FROM {t}
@@ -79,12 +82,14 @@ WITH c AS MATERIALIZED (
 	ORDER BY available_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
+), u AS (
+	UPDATE {t} AS t
+	SET available_at = now() + $1::bigint * interval '1 microsecond', lease_token = $2
+	WHERE t.id = ANY(ARRAY(SELECT id FROM c))
+	RETURNING t.id, t.topic, t.key, t.payload, t.headers, t.created_at, t.attempts, t.last_error, t.status, t.published_at
 )
-UPDATE {t} AS t
-SET available_at = now() + $1::bigint * interval '1 microsecond', lease_token = $2
-FROM c
-WHERE t.id = c.id
-RETURNING t.id, t.topic, t.key, t.payload, t.headers, t.created_at, c.available_at, t.attempts, t.last_error, t.status, t.published_at`),
+SELECT u.id, u.topic, u.key, u.payload, u.headers, u.created_at, c.available_at, u.attempts, u.last_error, u.status, u.published_at
+FROM u JOIN c ON c.id = u.id`),
 		release: sql(`
 UPDATE {t} SET available_at = now(), lease_token = NULL
 WHERE id = ANY($1::uuid[]) AND lease_token = $2 AND status = 'pending'`),
