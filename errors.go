@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -98,3 +99,36 @@ func Permanent(err error) error {
 
 // IsPermanent reports whether err was marked with Permanent.
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+
+// retryAfterError carries the shortest delay the destination accepts before
+// the next attempt.
+type retryAfterError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+// RetryAfter marks err as asking for a retry no sooner than d from now: a
+// publisher returns it when the destination said when to come back (an HTTP
+// Retry-After header, a broker's throttle time). The relay waits the longer
+// of d and its own backoff delay. It changes nothing else: a permanent err
+// stays permanent, and the attempt still counts towards MaxAttempts.
+// RetryAfter(nil, d) is nil; with d <= 0 it returns err unchanged.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil || d <= 0 {
+		return err
+	}
+	return &retryAfterError{err: err, delay: d}
+}
+
+// RetryAfterOf returns the delay asked for with RetryAfter anywhere in err's
+// chain (the outermost one if several), and whether there is one.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var ra *retryAfterError
+	if errors.As(err, &ra) {
+		return ra.delay, true
+	}
+	return 0, false
+}

@@ -273,7 +273,11 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) S
 			settle.Dead = append(settle.Dead, Failure{ID: m.ID, Error: msg})
 			r.log.Warn("outbox relay: message dead-lettered (attempts exhausted)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		default:
-			settle.Retry = append(settle.Retry, Retry{ID: m.ID, Delay: r.retryDelay(m.Attempts + 1), Error: err.Error()})
+			delay := r.retryDelay(m.Attempts + 1)
+			if after, ok := RetryAfterOf(err); ok {
+				delay = max(delay, after) // the destination said when to come back
+			}
+			settle.Retry = append(settle.Retry, Retry{ID: m.ID, Delay: delay, Error: err.Error()})
 		}
 	}
 	if len(release) > 0 {
