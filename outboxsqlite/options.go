@@ -1,0 +1,119 @@
+package outboxsqlite
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/go-outbox/outbox"
+)
+
+// Defaults and limits for Options.
+const (
+	// BusyTimeoutDefault is how long a write waits for another writer to
+	// finish when Options.BusyTimeout is zero.
+	BusyTimeoutDefault = 5 * time.Second
+	// MaxTableLength is the longest table name, in bytes. SQLite has no limit
+	// of its own; this is outboxpg's, so one table name works with both stores.
+	MaxTableLength = 40
+	// TableDefault is the table used when Options.Table is empty.
+	TableDefault = "outbox"
+	// WatchIntervalDefault is how often ListenForWrites looks for commits
+	// when Options.WatchInterval is zero.
+	WatchIntervalDefault = 10 * time.Millisecond
+)
+
+// Options configures a Store or a Migrator. The zero value uses the table
+// "outbox", refuses to create a missing database file, waits up to 5 s for
+// the write lock and watches for commits every 10 ms.
+type Options struct {
+	// BusyTimeout bounds how long a write transaction waits for the write
+	// lock while another connection, in this process or another, holds it.
+	// Open sets it as SQLite's busy_timeout on every connection; the Store
+	// applies it to its own queue of writers too. Default
+	// BusyTimeoutDefault (5 s); at most one hour.
+	BusyTimeout time.Duration
+	// CreateIfMissing lets Open create the database file when it does not
+	// exist (its directory must exist). Default false: a missing file is an
+	// error, so a typo in a path never turns into a new, empty database.
+	// Set it where the table is created (`outbox migrate up` does).
+	CreateIfMissing bool
+	// PollOnly turns ListenForWrites off: it returns an error at once and
+	// the relay only polls, saving the connection the watcher holds.
+	// Default false (watch).
+	PollOnly bool
+	// Table is the outbox table. It must match ^[a-z_][a-z0-9_]*$, have at
+	// most MaxTableLength bytes and not start with "sqlite_" (SQLite
+	// reserves those names). Default TableDefault ("outbox").
+	Table string
+	// WatchInterval is how often ListenForWrites checks whether any
+	// connection committed to the database file (PRAGMA data_version, a
+	// look at the file's shared memory that costs about 10 µs). A relay in
+	// another process wakes within about this long of a commit. Default
+	// WatchIntervalDefault (10 ms); 1 ms to 10 s.
+	WatchInterval time.Duration
+}
+
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// settings are validated options with every default applied, and the names
+// derived from them. Nothing else is ever put into SQL text.
+type settings struct {
+	table  string // validated, unquoted
+	qTable string // quoted table
+	qMigr  string // quoted <table>_migrations
+
+	busyTimeout     time.Duration
+	createIfMissing bool
+	pollOnly        bool
+	watchInterval   time.Duration
+}
+
+// resolve applies defaults and validates o.
+func (o Options) resolve() (settings, error) {
+	table := o.Table
+	if table == "" {
+		table = TableDefault
+	}
+	switch {
+	case len(table) > MaxTableLength:
+		return settings{}, &outbox.ConfigError{Field: "outboxsqlite.Options.Table", Value: fmt.Sprintf("%q", table),
+			Fix: fmt.Sprintf("is %d bytes; use at most %d", len(table), MaxTableLength)}
+	case !identRE.MatchString(table):
+		return settings{}, &outbox.ConfigError{Field: "outboxsqlite.Options.Table", Value: fmt.Sprintf("%q", table),
+			Fix: "use lower-case letters, digits and underscores, not starting with a digit (^[a-z_][a-z0-9_]*$)"}
+	case strings.HasPrefix(table, "sqlite_"):
+		return settings{}, &outbox.ConfigError{Field: "outboxsqlite.Options.Table", Value: fmt.Sprintf("%q", table),
+			Fix: `SQLite reserves names starting with "sqlite_"; pick another name`}
+	}
+	s := settings{
+		table:           table,
+		qTable:          quoteIdent(table),
+		qMigr:           quoteIdent(table + "_migrations"),
+		busyTimeout:     o.BusyTimeout,
+		createIfMissing: o.CreateIfMissing,
+		pollOnly:        o.PollOnly,
+		watchInterval:   o.WatchInterval,
+	}
+	switch {
+	case s.busyTimeout == 0:
+		s.busyTimeout = BusyTimeoutDefault
+	case s.busyTimeout < 0 || s.busyTimeout > time.Hour:
+		return settings{}, &outbox.ConfigError{Field: "outboxsqlite.Options.BusyTimeout", Value: o.BusyTimeout,
+			Fix: "use a positive duration up to 1h, or 0 for the default " + BusyTimeoutDefault.String()}
+	}
+	switch {
+	case s.watchInterval == 0:
+		s.watchInterval = WatchIntervalDefault
+	case s.watchInterval < time.Millisecond || s.watchInterval > 10*time.Second:
+		return settings{}, &outbox.ConfigError{Field: "outboxsqlite.Options.WatchInterval", Value: o.WatchInterval,
+			Fix: "use 1ms to 10s, or 0 for the default " + WatchIntervalDefault.String()}
+	}
+	return s, nil
+}
+
+// quoteIdent quotes an identifier that resolve accepted. A valid name has no
+// character that needs escaping; quoting keeps keywords such as "order"
+// usable as table names.
+func quoteIdent(s string) string { return `"` + s + `"` }

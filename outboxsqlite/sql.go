@@ -1,0 +1,103 @@
+package outboxsqlite
+
+import "strings"
+
+// statements holds every SQL text of a table, built once from validated
+// names. Lists of ids travel as one JSON array parameter, read back with
+// json_each, so each statement's text and parameter count are fixed.
+type statements struct {
+	insertPrefix string // INSERT ... VALUES, followed by one insertRow per message
+	insertRow    string // id, topic, key, payload, headers, created_at, available_at
+
+	anyDue          string // ?1 now
+	settlePublished string // ?1 token, ?2 ids
+	settleKept      string // ?1 now, ?2 token, ?3 ids
+	settleRetry     string // ?1 now, ?2 token, ?3 [[id, delay µs, error], ...]
+	settleDead      string // ?1 token, ?2 [[id, error], ...]
+	claimSelect     string // ?1 now, ?2 limit
+	claimUpdate     string // ?1 lease end, ?2 token, ?3 ids
+	release         string // ?1 now, ?2 token, ?3 ids
+	nextDue         string
+	purge           string // ?1 before, ?2 limit
+
+	stats       string // ?1 now
+	get         string // ?1 id
+	listDead    string // ?1 after, ?2 limit
+	retryDead   string // ?1 now, ?2 ids
+	retryAll    string // ?1 now
+	discardDead string // ?1 ids
+}
+
+// messageColumns are scanned by scanMessage, in this order.
+const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
+
+func newStatements(s settings) statements {
+	r := strings.NewReplacer("{t}", s.qTable)
+	sql := func(q string) string { return r.Replace(strings.TrimSpace(q)) }
+
+	return statements{
+		insertPrefix: sql(`INSERT INTO {t} (id, topic, key, payload, headers, created_at, available_at) VALUES `),
+		insertRow:    `(?, ?, ?, ?, ?, ?, ?)`,
+
+		// The relay's probe before it takes the write lock: a claim that
+		// would find nothing stays a read.
+		anyDue: sql(`SELECT EXISTS (SELECT 1 FROM {t} WHERE status = 'pending' AND available_at <= ?1)`),
+
+		settlePublished: sql(`DELETE FROM {t} WHERE lease_token = ?1 AND id IN (SELECT value FROM json_each(?2))`),
+		settleKept: sql(`
+UPDATE {t} SET status = 'published', published_at = ?1, lease_token = NULL
+WHERE lease_token = ?2 AND id IN (SELECT value FROM json_each(?3))`),
+		settleRetry: sql(`
+UPDATE {t} AS t
+SET attempts = t.attempts + 1, available_at = ?1 + r.delay_us, last_error = r.err, lease_token = NULL
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS delay_us, value ->> 2 AS err FROM json_each(?3)) AS r
+WHERE t.id = r.id AND t.lease_token = ?2`),
+		settleDead: sql(`
+UPDATE {t} AS t
+SET status = 'dead', attempts = t.attempts + 1, last_error = d.err, lease_token = NULL
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS err FROM json_each(?2)) AS d
+WHERE t.id = d.id AND t.lease_token = ?1`),
+		// The lease is available_at itself: a claimed message is due again
+		// when its lease runs out, so a crashed relay's messages come back
+		// without any clean-up. The claim reads the rows first, to return
+		// the due time they were claimed at, then leases exactly those ids;
+		// both run under the write lock, so nothing changes in between.
+		claimSelect: sql(`
+SELECT ` + messageColumns + ` FROM {t}
+WHERE status = 'pending' AND available_at <= ?1
+ORDER BY available_at, id
+LIMIT ?2`),
+		claimUpdate: sql(`
+UPDATE {t} SET available_at = ?1, lease_token = ?2
+WHERE status = 'pending' AND id IN (SELECT value FROM json_each(?3))`),
+		release: sql(`
+UPDATE {t} SET available_at = ?1, lease_token = NULL
+WHERE lease_token = ?2 AND status = 'pending' AND id IN (SELECT value FROM json_each(?3))`),
+		nextDue: sql(`SELECT min(available_at) FROM {t} WHERE status = 'pending'`),
+		purge: sql(`
+DELETE FROM {t} WHERE status = 'published' AND id IN (
+	SELECT id FROM {t}
+	WHERE status = 'published' AND published_at < ?1
+	ORDER BY published_at
+	LIMIT ?2
+)`),
+
+		// One query, a subquery per count so each reads its partial index.
+		stats: sql(`
+SELECT
+	(SELECT count(*) FROM {t} WHERE status = 'pending'),
+	(SELECT count(*) FROM {t} WHERE status = 'pending' AND lease_token IS NOT NULL AND available_at > ?1),
+	(SELECT count(*) FROM {t} WHERE status = 'dead'),
+	(SELECT count(*) FROM {t} WHERE status = 'published'),
+	(SELECT min(created_at) FROM {t} WHERE status = 'pending')`),
+		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = ?1`),
+		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > ?1 ORDER BY id LIMIT ?2`),
+		retryDead: sql(`
+UPDATE {t} SET status = 'pending', attempts = 0, available_at = ?1, lease_token = NULL
+WHERE status = 'dead' AND id IN (SELECT value FROM json_each(?2))`),
+		retryAll: sql(`
+UPDATE {t} SET status = 'pending', attempts = 0, available_at = ?1, lease_token = NULL
+WHERE status = 'dead'`),
+		discardDead: sql(`DELETE FROM {t} WHERE status = 'dead' AND id IN (SELECT value FROM json_each(?1))`),
+	}
+}

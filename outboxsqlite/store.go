@@ -1,0 +1,461 @@
+package outboxsqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+)
+
+// Store is an outbox table in an SQLite database file, used through
+// database/sql. It is safe for concurrent use, and any number of Stores, in
+// one process or many on the same machine, may share the file. Create the
+// table with a Migrator first.
+type Store struct {
+	db    *sql.DB
+	gate  writeGate
+	owned bool   // Open made db; Close closes it
+	path  string // the database file, "" if unknown (New)
+	set   settings
+	stmts statements
+
+	insertChunk string      // insert statement for insertChunkRows messages
+	purging     atomic.Bool // a PurgePublished of this Store is running
+}
+
+// The interfaces Store implements.
+var (
+	_ outbox.Store             = (*Store)(nil)
+	_ outbox.Admin             = (*Store)(nil)
+	_ outbox.WriteListener     = (*Store)(nil)
+	_ outbox.Inserter[*sql.Tx] = (*Store)(nil)
+	_ outbox.TxRunner[*sql.Tx] = (*Store)(nil)
+)
+
+// New returns a Store for the table opts names, on a *sql.DB the caller
+// opened and keeps: Close leaves it open. It validates opts and does not
+// touch the database. Use Open unless the application needs its own
+// *sql.DB; then open it as Open does, with the modernc.org/sqlite driver
+// (or another SQLite driver), WAL mode, a busy_timeout, synchronous=FULL and
+// _txlock=immediate (see Open), and with room for at least two connections
+// if a relay uses it (ListenForWrites holds one).
+func New(db *sql.DB, opts Options) (*Store, error) {
+	if db == nil {
+		return nil, &outbox.ConfigError{Field: "outboxsqlite.New db", Value: "nil",
+			Fix: "pass a *sql.DB opened on an SQLite file, or use outboxsqlite.Open(ctx, path, opts)"}
+	}
+	set, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return newStore(db, set, "", false), nil
+}
+
+func newStore(db *sql.DB, set settings, path string, owned bool) *Store {
+	s := &Store{db: db, gate: newWriteGate(), owned: owned, path: path, set: set, stmts: newStatements(set)}
+	s.insertChunk = s.insertSQL(insertChunkRows)
+	return s
+}
+
+// Name returns "main.<table>": SQLite's name for the schema of the database
+// file, and the table. Writers and relays of one process that use the same
+// name wake each other.
+func (s *Store) Name() string { return "main." + s.set.table }
+
+// DB returns the *sql.DB the Store uses, for a Migrator and for the
+// application's own transactions.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the *sql.DB if Open made it, and does nothing for a Store
+// made by New. Stop relays and writers that use the Store first.
+func (s *Store) Close() error {
+	if !s.owned {
+		return nil
+	}
+	return s.db.Close()
+}
+
+// writeTx runs fn in a write transaction (see immediateTx) after the Store's
+// earlier writers. now is the time, in microseconds since the Unix epoch,
+// read once the write lock is held, so waiting for the lock can neither
+// shorten a lease nor make a message due early.
+//
+// Times come from the clock of the machine the Store runs on (time.Now),
+// not from SQLite's. The Store interface asks for the database's clock so
+// that relays on machines with skewed clocks agree; every process that
+// opens an SQLite file runs on the machine that holds it (SQLite's locks do
+// not work across network file systems), so the local clock is the
+// database's clock. SQLite's own clock (unixepoch('subsec')) reads the same
+// system clock, but only to the millisecond.
+func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, c *sql.Conn, now int64) error) error {
+	if err := s.gate.enter(ctx, s.set.busyTimeout); err != nil {
+		return err
+	}
+	defer s.gate.leave()
+	return immediateTx(ctx, s.db, func(ctx context.Context, c *sql.Conn) error {
+		return fn(ctx, c, time.Now().UnixMicro())
+	})
+}
+
+// Exchange records settle and claims the next batch in one write transaction
+// (BEGIN IMMEDIATE): if any statement fails, nothing is recorded and nothing
+// is claimed. It runs one statement per non-empty outcome kind, then, if
+// claim.Limit > 0, reads the due messages and leases them. SQLite runs in
+// this process, so the statements cost no round trips.
+//
+// A claim with nothing to settle first asks, without a transaction, whether
+// any message is due: an idle relay that is woken needlessly only reads, and
+// never takes the write lock that writers need.
+//
+// Claimed messages come back ordered by due time, then id; their
+// AvailableAt is the time they were due when claimed (the stored value is
+// now the lease's end).
+func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
+	if claim.Limit < 0 {
+		return nil, fmt.Errorf("outboxsqlite: exchange on %s: claim limit %d is negative", s.Name(), claim.Limit)
+	}
+	if claim.Limit > 0 && claim.Lease <= 0 {
+		return nil, fmt.Errorf("outboxsqlite: exchange on %s: claim lease %v must be positive", s.Name(), claim.Lease)
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("outboxsqlite: exchange on %s (settle %d published, %d retried, %d dead; claim %d): %w",
+			s.Name(), len(settle.Published), len(settle.Retry), len(settle.Dead), claim.Limit, explain(err, s.path))
+	}
+	if settle.Empty() {
+		if claim.Limit == 0 {
+			return nil, nil
+		}
+		var due bool
+		if err := s.db.QueryRowContext(ctx, s.stmts.anyDue, time.Now().UnixMicro()).Scan(&due); err != nil {
+			return nil, fail(err)
+		}
+		if !due {
+			return nil, nil
+		}
+	}
+	var msgs []outbox.Message
+	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, now int64) error {
+		if err := s.settle(ctx, c, now, settle); err != nil {
+			return err
+		}
+		if claim.Limit == 0 {
+			return nil
+		}
+		rows, err := c.QueryContext(ctx, s.stmts.claimSelect, now, claim.Limit)
+		if err != nil {
+			return err
+		}
+		if msgs, err = collectMessages(rows); err != nil || len(msgs) == 0 {
+			return err
+		}
+		claimed := make([]uuid.UUID, len(msgs))
+		for i := range msgs {
+			claimed[i] = msgs[i].ID
+		}
+		res, err := c.ExecContext(ctx, s.stmts.claimUpdate, now+micros(claim.Lease), claim.Token.String(), idsJSON(claimed))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != int64(len(msgs)) {
+			return fmt.Errorf("leased %d of the %d messages read (%v); nothing claimed", n, len(msgs), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fail(err)
+	}
+	return msgs, nil
+}
+
+// settle runs one statement per non-empty outcome kind of st.
+func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outbox.Settlement) error {
+	token := st.Token.String()
+	if len(st.Published) > 0 {
+		var err error
+		if st.KeepPublished {
+			_, err = c.ExecContext(ctx, s.stmts.settleKept, now, token, idsJSON(st.Published))
+		} else {
+			_, err = c.ExecContext(ctx, s.stmts.settlePublished, token, idsJSON(st.Published))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(st.Retry) > 0 {
+		rows := make([][3]any, len(st.Retry))
+		for i, r := range st.Retry {
+			rows[i] = [3]any{r.ID.String(), micros(max(r.Delay, 0)), r.Error}
+		}
+		b, err := json.Marshal(rows)
+		if err != nil {
+			return err
+		}
+		if _, err := c.ExecContext(ctx, s.stmts.settleRetry, now, token, string(b)); err != nil {
+			return err
+		}
+	}
+	if len(st.Dead) > 0 {
+		rows := make([][2]string, len(st.Dead))
+		for i, d := range st.Dead {
+			rows[i] = [2]string{d.ID.String(), d.Error}
+		}
+		b, err := json.Marshal(rows)
+		if err != nil {
+			return err
+		}
+		if _, err := c.ExecContext(ctx, s.stmts.settleDead, token, string(b)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release ends token's leases on ids; the messages are due at once and no
+// attempt is counted.
+func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, now int64) error {
+		_, err := c.ExecContext(ctx, s.stmts.release, now, token.String(), idsJSON(ids))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("outboxsqlite: release %d message(s) in %s: %w", len(ids), s.Name(), explain(err, s.path))
+	}
+	return nil
+}
+
+// NextDue returns how long until the earliest pending message is due,
+// leased ones included (they are due when their lease ends). It is one
+// read-only query that the pending index answers from its first entry, and
+// takes no lock that a writer waits for (WAL mode).
+func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
+	var next sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.stmts.nextDue).Scan(&next); err != nil {
+		return 0, false, fmt.Errorf("outboxsqlite: find next due message in %s: %w", s.Name(), explain(err, s.path))
+	}
+	if !next.Valid {
+		return 0, false, nil
+	}
+	return time.UnixMicro(next.Int64).Sub(time.Now()), true, nil
+}
+
+// PurgePublished deletes up to limit published messages older than before,
+// oldest first, in one write transaction.
+//
+// At most one caller does the work at a time: a caller of this Store that
+// finds another of its calls running returns (0, nil) at once, and callers in
+// other processes cannot overlap because SQLite admits one write transaction
+// at a time. Unlike PostgreSQL's advisory lock, that lock makes a purger of
+// another process wait (up to the busy timeout) rather than give up; it
+// then deletes the next bounded batch, or finds nothing. Each batch holds
+// the write lock for one bounded DELETE.
+func (s *Store) PurgePublished(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("outboxsqlite: purge published messages in %s: limit %d must be positive", s.Name(), limit)
+	}
+	if !s.purging.CompareAndSwap(false, true) {
+		return 0, nil
+	}
+	defer s.purging.Store(false)
+	var n int64
+	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, _ int64) error {
+		res, err := c.ExecContext(ctx, s.stmts.purge, ceilMicros(before), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outboxsqlite: purge published messages in %s: %w", s.Name(), explain(err, s.path))
+	}
+	return int(n), nil
+}
+
+// Stats counts messages by state with one query.
+func (s *Store) Stats(ctx context.Context) (outbox.Stats, error) {
+	var (
+		st     outbox.Stats
+		oldest sql.NullInt64
+	)
+	now := time.Now().UnixMicro()
+	err := s.db.QueryRowContext(ctx, s.stmts.stats, now).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldest)
+	if err != nil {
+		return outbox.Stats{}, fmt.Errorf("outboxsqlite: count messages in %s: %w", s.Name(), explain(err, s.path))
+	}
+	if oldest.Valid {
+		st.OldestPending = time.Duration(max(now-oldest.Int64, 0)) * time.Microsecond
+	}
+	return st, nil
+}
+
+// Get returns the message with the given id, in any state, or an error
+// wrapping outbox.ErrNotFound.
+func (s *Store) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
+	rows, err := s.db.QueryContext(ctx, s.stmts.get, id.String())
+	var msgs []outbox.Message
+	if err == nil {
+		msgs, err = collectMessages(rows)
+	}
+	if err != nil {
+		return outbox.Message{}, fmt.Errorf("outboxsqlite: get message %s from %s: %w", id, s.Name(), explain(err, s.path))
+	}
+	if len(msgs) == 0 {
+		return outbox.Message{}, fmt.Errorf("outboxsqlite: get message %s from %s: %w", id, s.Name(), outbox.ErrNotFound)
+	}
+	return msgs[0], nil
+}
+
+// ListDead returns up to limit dead messages with ids above after, in id
+// order; pass the last id of a page to get the next one.
+func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]outbox.Message, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("outboxsqlite: list dead messages in %s: limit %d must be positive", s.Name(), limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.stmts.listDead, after.String(), limit)
+	var msgs []outbox.Message
+	if err == nil {
+		msgs, err = collectMessages(rows)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("outboxsqlite: list dead messages in %s after %s: %w", s.Name(), after, explain(err, s.path))
+	}
+	return msgs, nil
+}
+
+// RetryDead makes the given dead messages (all of them when ids is empty)
+// pending and due at once, with their attempt count reset and their last error
+// kept for reference. It returns how many it changed.
+func (s *Store) RetryDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
+	n, err := s.writeCount(ctx, func(ctx context.Context, c *sql.Conn, now int64) (sql.Result, error) {
+		if len(ids) == 0 {
+			return c.ExecContext(ctx, s.stmts.retryAll, now)
+		}
+		return c.ExecContext(ctx, s.stmts.retryDead, now, idsJSON(ids))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outboxsqlite: retry dead messages in %s: %w", s.Name(), explain(err, s.path))
+	}
+	return n, nil
+}
+
+// DiscardDead deletes the given dead messages and returns how many it deleted.
+// With no ids it deletes nothing: discarding every dead message must be asked
+// for by listing them.
+func (s *Store) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	n, err := s.writeCount(ctx, func(ctx context.Context, c *sql.Conn, _ int64) (sql.Result, error) {
+		return c.ExecContext(ctx, s.stmts.discardDead, idsJSON(ids))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outboxsqlite: discard dead messages in %s: %w", s.Name(), explain(err, s.path))
+	}
+	return n, nil
+}
+
+// writeCount runs one statement in a write transaction and returns the rows
+// it changed.
+func (s *Store) writeCount(ctx context.Context, exec func(ctx context.Context, c *sql.Conn, now int64) (sql.Result, error)) (int, error) {
+	var n int64
+	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, now int64) error {
+		res, err := exec(ctx, c, now)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// collectMessages reads rows of messageColumns and closes rows.
+func collectMessages(rows *sql.Rows) ([]outbox.Message, error) {
+	defer rows.Close()
+	var msgs []outbox.Message
+	for rows.Next() {
+		m, err := scanMessage(rows)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+func scanMessage(rows *sql.Rows) (outbox.Message, error) {
+	var (
+		m                      outbox.Message
+		headers, lastError     sql.NullString
+		createdAt, availableAt int64
+		publishedAt            sql.NullInt64
+		status                 string
+	)
+	err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &createdAt, &availableAt,
+		&m.Attempts, &lastError, &status, &publishedAt)
+	if err != nil {
+		return outbox.Message{}, err
+	}
+	if headers.Valid {
+		if err := json.Unmarshal([]byte(headers.String), &m.Headers); err != nil {
+			return outbox.Message{}, fmt.Errorf("decode headers of message %s: %w", m.ID, err)
+		}
+	}
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
+	m.CreatedAt = fromMicros(createdAt)
+	m.AvailableAt = fromMicros(availableAt)
+	m.LastError = lastError.String
+	m.Status = outbox.Status(status)
+	if publishedAt.Valid {
+		m.PublishedAt = fromMicros(publishedAt.Int64)
+	}
+	return m, nil
+}
+
+// idsJSON encodes ids as a JSON array of strings, for json_each.
+func idsJSON(ids []uuid.UUID) string {
+	b := make([]byte, 0, 2+len(ids)*39)
+	b = append(b, '[')
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, id.String()...)
+		b = append(b, '"')
+	}
+	return string(append(b, ']'))
+}
+
+// micros rounds d up to whole microseconds, the stored resolution, so leases
+// and retry delays are never shorter than asked.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// ceilMicros returns t in microseconds since the Unix epoch, rounded up: a
+// message scheduled for t is never due before t, and "older than t" keeps
+// its meaning for times stored to the microsecond.
+func ceilMicros(t time.Time) int64 {
+	us := t.UnixMicro()
+	if t.Sub(time.UnixMicro(us)) > 0 {
+		us++
+	}
+	return us
+}
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
