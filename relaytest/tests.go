@@ -227,9 +227,13 @@ func TestWakeLatency(t *testing.T, h Harness, cfg outbox.Config, ready func(), w
 
 // waitIdle lets a just-started relay finish its first look at the table (and
 // any wake-up its store's listener sends once connected), so a measurement
-// starts from an idle relay: it waits until the last two statements sent
-// are idle probes (read-only SELECTs).
-func waitIdle(t *testing.T, h Harness) {
+// starts from an idle relay: it waits until a whole poll interval passes with
+// at most one statement sent, the last two being idle probes (read-only
+// SELECTs). The count matters, not only the kind: a store may look for work
+// with a read-only SELECT too (a claim that first checks whether anything is
+// due, so that an idle relay never takes a write lock), and then the burst of
+// first looks ends in SELECTs as well.
+func waitIdle(t *testing.T, h Harness, interval time.Duration) {
 	t.Helper()
 	if h.Statements == nil {
 		time.Sleep(200 * time.Millisecond)
@@ -237,14 +241,15 @@ func waitIdle(t *testing.T, h Harness) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		before := len(h.Statements())
+		time.Sleep(interval) // one poll interval of the relay under test
 		all := h.Statements()
-		if n := len(all); n >= 2 && isSelect(all[n-1]) && isSelect(all[n-2]) {
+		if n := len(all); n-before <= 1 && n >= 2 && isSelect(all[n-1]) && isSelect(all[n-2]) {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the relay did not settle into idle probes within 30s; last statements: %q", all[max(0, len(all)-3):])
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -270,7 +275,7 @@ func testIdle(t *testing.T, h Harness) {
 	const interval, window = 200 * time.Millisecond, 3 * time.Second
 	rec := NewRecorder()
 	StartRelay(t, h.Store, rec, outbox.Config{PollInterval: interval, Workers: 4})
-	waitIdle(t, h)
+	waitIdle(t, h, interval)
 	before := len(h.Statements())
 	time.Sleep(window) // measuring what happens over a stretch of idle time
 	idle := h.Statements()[before:]
