@@ -1,0 +1,48 @@
+// Package outboxkafka publishes outbox messages to Kafka with franz-go.
+//
+// A Publisher turns each message into one record:
+//
+//   - topic: the message topic, or Config.Topic, or what Config.TopicFunc
+//     returns;
+//   - key: the message key, so the client's key partitioner sends every
+//     message of a key to one partition, where Kafka keeps them in order (an
+//     empty key is a null key: such records are spread over partitions);
+//   - value: the payload (never null, so a message is never a compaction
+//     tombstone);
+//   - headers: HeaderID with the message id (consumers deduplicate on it),
+//     HeaderTopic with the message topic, then the message headers sorted by
+//     name.
+//
+// Publish produces the whole batch at once and waits for the broker's
+// acknowledgement of every record (acks=all, idempotent producer: the
+// franz-go defaults, which New insists on), or for the context to end. Each
+// message gets its own outcome:
+//
+//   - nil: the broker acknowledged the record.
+//   - permanent (outbox.IsPermanent): retrying cannot help, and the relay
+//     dead-letters the message. These are a record too large for the client's
+//     batch limit (kgo.ProducerBatchMaxBytes) or for the topic's
+//     max.message.bytes (kerr.MessageTooLarge, kerr.RecordListTooLarge), a
+//     topic that does not exist once the client has refreshed its metadata a
+//     few times (kerr.UnknownTopicOrPartition, when the topic is not created
+//     automatically), a name Kafka cannot accept as a topic
+//     (kerr.InvalidTopicException) and a record the broker refuses
+//     (kerr.InvalidRecord).
+//   - any other error is retryable: an unreachable broker, a leader
+//     election, a timeout, a closed publisher, the context ending first.
+//
+// A record refused as too large in a batch with other records is sent once
+// more on its own before it is called permanent: the broker refuses whole
+// batches, so a neighbour of a too-large record is not condemned with it.
+//
+// When Publish returns because its context ended, records already sent may
+// still be written: the relay then publishes those messages again, and
+// consumers drop the duplicate by HeaderID (the idempotent producer only
+// removes duplicates of its own internal retries).
+//
+// Use Dial to let the publisher own its client, or New to publish with a
+// client the application already has. Dial sets no linger
+// (kgo.ProducerLinger(0)), since the relay waits for each batch's
+// acknowledgements and a linger would only add latency; give the same option
+// to clients passed to New.
+package outboxkafka

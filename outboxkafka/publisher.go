@@ -1,0 +1,384 @@
+package outboxkafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/go-outbox/outbox"
+)
+
+// Record headers the publisher adds to every record, before the message's
+// own headers. Message headers with these names (in any case) are dropped.
+const (
+	// HeaderID carries the message id (a UUID in text form). Consumers
+	// deduplicate on it.
+	HeaderID = "Outbox-Message-Id"
+	// HeaderTopic carries the message topic, which differs from the Kafka
+	// topic when Config.Topic or Config.TopicFunc route several message
+	// topics into one Kafka topic.
+	HeaderTopic = "Outbox-Topic"
+)
+
+// CloseTimeoutDefault is how long Close waits for buffered records to be
+// acknowledged when Config.CloseTimeout is zero.
+const CloseTimeoutDefault = 10 * time.Second
+
+// MaxTopicLength is the longest Kafka topic name, in bytes.
+const MaxTopicLength = 249
+
+// ErrClosed is returned, retryable, for messages published after Close.
+var ErrClosed = errors.New("outboxkafka: publisher closed")
+
+// Config configures a Publisher. The zero value sends each message to the
+// Kafka topic named like its message topic.
+type Config struct {
+	// CloseTimeout bounds how long Close waits for the records still
+	// buffered to be acknowledged before it closes the client (publishers
+	// made by Dial only). Zero means CloseTimeoutDefault.
+	CloseTimeout time.Duration
+	// Topic, if not empty, is the Kafka topic of every message. The message
+	// topic still travels in HeaderTopic.
+	Topic string
+	// TopicFunc, if not nil, returns the Kafka topic of a message, for
+	// routing rules that Topic cannot express. It must be safe for
+	// concurrent use. A name Kafka cannot accept fails that message
+	// permanently. Set Topic or TopicFunc, not both.
+	TopicFunc func(m outbox.Message) string
+}
+
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.CloseTimeout < 0:
+		return c, &outbox.ConfigError{Field: "outboxkafka.Config.CloseTimeout", Value: c.CloseTimeout, Fix: "use a positive duration, or zero for the default " + CloseTimeoutDefault.String()}
+	case c.Topic != "" && c.TopicFunc != nil:
+		return c, &outbox.ConfigError{Field: "outboxkafka.Config.Topic", Value: c.Topic, Fix: "set Topic or TopicFunc, not both"}
+	case c.Topic != "":
+		if err := ValidateTopic(c.Topic); err != nil {
+			return c, &outbox.ConfigError{Field: "outboxkafka.Config.Topic", Value: fmt.Sprintf("%q", c.Topic), Fix: err.Error()}
+		}
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = CloseTimeoutDefault
+	}
+	return c, nil
+}
+
+// Publisher publishes outbox messages as Kafka records; see the package
+// documentation. It is safe for concurrent use by several relay workers.
+type Publisher struct {
+	cfg    Config
+	client *kgo.Client
+	// maxBatchBytes is the client's batch limit per topic: a record larger
+	// than it alone can never be sent.
+	maxBatchBytes func(topic string) int32
+	// owned says whether Close closes the client (Dial) or leaves it to
+	// the caller (New).
+	owned bool
+
+	// mu lets Close wait until no Publish is handing records to the
+	// client, so none is handed over after the client is closed.
+	mu     sync.RWMutex
+	closed bool
+}
+
+// New returns a publisher that produces with client, which the caller keeps
+// and closes after the publisher's Close. The client must keep the franz-go
+// producer defaults this package relies on: acks from all in-sync replicas,
+// idempotent writes, no transactional id; New returns a *outbox.ConfigError
+// otherwise, as it does for an invalid cfg.
+func New(client *kgo.Client, cfg Config) (*Publisher, error) {
+	if client == nil {
+		return nil, &outbox.ConfigError{Field: "outboxkafka.New client", Value: "nil", Fix: "pass a *kgo.Client, or use outboxkafka.Dial"}
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if acks, _ := client.OptValue(kgo.RequiredAcks).(kgo.Acks); acks != kgo.AllISRAcks() {
+		return nil, &outbox.ConfigError{Field: "kgo.RequiredAcks", Value: "not all", Fix: "leave the default kgo.AllISRAcks(): with fewer acks a confirmed message can be lost when a broker fails"}
+	}
+	if disabled, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); disabled {
+		return nil, &outbox.ConfigError{Field: "kgo.DisableIdempotentWrite", Value: true, Fix: "remove the option: the idempotent producer keeps its own retries from duplicating or reordering records"}
+	}
+	if id, _ := client.OptValue(kgo.TransactionalID).(string); id != "" {
+		return nil, &outbox.ConfigError{Field: "kgo.TransactionalID", Value: id, Fix: "use a client without a transactional id: the publisher produces outside transactions"}
+	}
+	p := &Publisher{cfg: cfg, client: client}
+	p.maxBatchBytes, _ = client.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
+	return p, nil
+}
+
+// Dial returns a publisher with a client of its own for the seed brokers
+// (host:port), built with kgo.SeedBrokers, kgo.ProducerLinger(0) and then
+// opts (TLS, SASL, client id...), which may override them. Dial does not
+// connect: the client connects on first use and reconnects by itself, so a
+// relay can start while Kafka is down. Close the publisher to close the
+// client.
+func Dial(seeds []string, cfg Config, opts ...kgo.Opt) (*Publisher, error) {
+	if len(seeds) == 0 {
+		return nil, &outbox.ConfigError{Field: "outboxkafka.Dial seeds", Value: "none", Fix: "give at least one broker address, e.g. localhost:9092"}
+	}
+	all := append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ProducerLinger(0)}, opts...)
+	client, err := kgo.NewClient(all...)
+	if err != nil {
+		return nil, fmt.Errorf("outboxkafka: %w", err)
+	}
+	p, err := New(client, cfg)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	p.owned = true
+	return p, nil
+}
+
+// Close stops the publisher: later Publish calls fail with ErrClosed. A
+// publisher made by Dial also waits up to Config.CloseTimeout for the
+// records in flight to be acknowledged, then closes its client; records
+// still unacknowledged then fail (retryably) in the Publish calls waiting for
+// them, and Close reports them. Close is idempotent.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	if !p.owned {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.CloseTimeout)
+	defer cancel()
+	err := p.client.Flush(ctx)
+	p.client.Close()
+	if err != nil {
+		return fmt.Errorf("outboxkafka: close: records not acknowledged within %v were failed: %w", p.cfg.CloseTimeout, err)
+	}
+	return nil
+}
+
+// Publish produces the batch and waits for every record's acknowledgement or
+// for ctx to end; see the package documentation for the outcomes.
+func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
+	errs := make([]error, len(batch))
+	if len(batch) == 0 {
+		return errs
+	}
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("outboxkafka: not produced: %w", err)
+		}
+		return errs
+	}
+	records := make([]*kgo.Record, len(batch))
+	topics := make([]string, len(batch))
+	sent := 0
+	for i := range batch {
+		topics[i] = p.topic(batch[i])
+		if err := ValidateTopic(topics[i]); err != nil {
+			errs[i] = err
+			continue
+		}
+		records[i] = record(topics[i], &batch[i])
+		if err := p.checkSize(records[i]); err != nil {
+			errs[i], records[i] = err, nil
+			continue
+		}
+		sent++
+	}
+	p.produce(ctx, records, errs)
+
+	// The broker refuses a whole batch when it is over the topic's
+	// max.message.bytes: send each refused record alone to learn whether
+	// it, or only the batch, was too large.
+	if sent > 1 {
+		for i, err := range errs {
+			if records[i] != nil && tooLarge(err) && ctx.Err() == nil {
+				records[i] = record(topics[i], &batch[i])
+				p.produce(ctx, records[i:i+1], errs[i:i+1])
+			}
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = classify(fmt.Errorf("outboxkafka: produce to topic %q: %w", topics[i], err))
+		}
+	}
+	return errs
+}
+
+// topic returns the Kafka topic of m.
+func (p *Publisher) topic(m outbox.Message) string {
+	switch {
+	case p.cfg.Topic != "":
+		return p.cfg.Topic
+	case p.cfg.TopicFunc != nil:
+		return p.cfg.TopicFunc(m)
+	default:
+		return m.Topic
+	}
+}
+
+// checkSize fails a record that is over the client's batch limit on its own,
+// as the client would, but without waiting for the topic's metadata first
+// (which never comes while the brokers are down).
+func (p *Publisher) checkSize(r *kgo.Record) error {
+	if p.maxBatchBytes == nil {
+		return nil
+	}
+	size := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	if limit := p.maxBatchBytes(r.Topic); size > int(limit) {
+		return fmt.Errorf("record of %d bytes is over the client's batch limit of %d bytes (kgo.ProducerBatchMaxBytes): %w", size, limit, kerr.MessageTooLarge)
+	}
+	return nil
+}
+
+// record builds the Kafka record of m.
+func record(topic string, m *outbox.Message) *kgo.Record {
+	r := &kgo.Record{Topic: topic, Value: m.Payload}
+	if r.Value == nil {
+		r.Value = []byte{} // a null value would be a tombstone
+	}
+	if m.Key != "" {
+		r.Key = []byte(m.Key)
+	}
+	r.Headers = make([]kgo.RecordHeader, 0, 2+len(m.Headers))
+	r.Headers = append(r.Headers,
+		kgo.RecordHeader{Key: HeaderID, Value: []byte(m.ID.String())},
+		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(m.Topic)},
+	)
+	names := make([]string, 0, len(m.Headers))
+	for name := range m.Headers {
+		if !strings.EqualFold(name, HeaderID) && !strings.EqualFold(name, HeaderTopic) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: name, Value: []byte(m.Headers[name])})
+	}
+	return r
+}
+
+// produce hands the non-nil records to the client and waits until each is
+// acknowledged or failed, or until ctx ends, setting errs[i] for records[i].
+func (p *Publisher) produce(ctx context.Context, records []*kgo.Record, errs []error) {
+	w := &waiter{settled: make([]bool, len(records)), errs: make([]error, len(records)), done: make(chan struct{})}
+	for _, r := range records {
+		if r != nil {
+			w.left++
+		}
+	}
+	if w.left == 0 {
+		return
+	}
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		for i, r := range records {
+			if r != nil {
+				errs[i] = ErrClosed
+			}
+		}
+		return
+	}
+	for i, r := range records {
+		if r != nil {
+			// The record's context bounds its life in the client: it
+			// fails once ctx ends unless it is already on the wire, when
+			// the idempotent producer must learn its fate first.
+			p.client.Produce(ctx, r, func(_ *kgo.Record, err error) { w.settle(i, err) })
+		}
+	}
+	p.mu.RUnlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, r := range records {
+		switch {
+		case r == nil:
+		case w.settled[i]:
+			errs[i] = w.errs[i]
+		default:
+			errs[i] = fmt.Errorf("not acknowledged before the context ended: %w", ctx.Err())
+		}
+	}
+}
+
+// waiter collects the outcomes of one produce call's records. Promises may
+// still arrive after the call stopped waiting; they are recorded and ignored.
+type waiter struct {
+	done chan struct{}
+
+	mu      sync.Mutex
+	errs    []error
+	left    int
+	settled []bool
+}
+
+func (w *waiter) settle(i int, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.errs[i], w.settled[i] = err, true
+	if w.left--; w.left == 0 {
+		close(w.done)
+	}
+}
+
+// classify marks the errors no retry can fix as permanent.
+func classify(err error) error {
+	switch {
+	// These end the wait, whatever broker error they carry along: the
+	// same record can still succeed later.
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries),
+		errors.Is(err, kgo.ErrClientClosed), errors.Is(err, kgo.ErrMaxBuffered),
+		errors.Is(err, ErrClosed):
+		return err
+	case tooLarge(err),
+		errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID),
+		errors.Is(err, kerr.InvalidTopicException), errors.Is(err, kerr.InvalidRecord):
+		return outbox.Permanent(err)
+	}
+	return err
+}
+
+func tooLarge(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
+}
+
+// ValidateTopic reports whether Kafka accepts name as a topic: 1 to
+// MaxTopicLength characters from letters, digits, '.', '_' and '-', and
+// neither "." nor "..". The error wraps kerr.InvalidTopicException.
+func ValidateTopic(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty topic name: %w", kerr.InvalidTopicException)
+	case len(name) > MaxTopicLength:
+		return fmt.Errorf("topic name of %d bytes, over Kafka's limit of %d: %w", len(name), MaxTopicLength, kerr.InvalidTopicException)
+	case name == "." || name == "..":
+		return fmt.Errorf("topic name %q: %w", name, kerr.InvalidTopicException)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("topic name %q has the character %q at %d; Kafka topics use letters, digits, '.', '_' and '-': %w", name, c, i, kerr.InvalidTopicException)
+		}
+	}
+	return nil
+}
