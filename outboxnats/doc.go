@@ -1,0 +1,64 @@
+// Package outboxnats publishes outbox messages to NATS JetStream.
+//
+// A Publisher sends each message to a subject derived from its topic (the
+// topic itself, Config.SubjectPrefix + topic, or Config.Subject(m)) and counts
+// it as published only once JetStream acknowledged storing it. A batch is
+// published asynchronously (every message sent before any acknowledgement is
+// awaited), so a batch costs about one round trip, and each message gets its
+// own outcome.
+//
+// # Deduplication
+//
+// Every message carries its outbox id in the Nats-Msg-Id header. JetStream
+// drops a second message with the same id arriving within the stream's
+// duplicate window (StreamConfig.Duplicates, two minutes by default) and
+// acknowledges it with PubAck.Duplicate set; the publisher counts that as
+// published, since the stream holds the message. So the duplicate the relay
+// sends after a lost acknowledgement (a broker restart, a relay crash between
+// the acknowledgement and the database update) never reaches consumers when
+// the retry comes within the window. Make the window longer than the outages
+// you want covered; consumers that must see each message once still
+// deduplicate by id (the inbox), since a retry can come later than any
+// window.
+//
+// # Message mapping
+//
+//   - subject: Config.Subject(m) if set, else Config.SubjectPrefix + m.Topic;
+//   - data: m.Payload, unchanged;
+//   - headers: m.Headers, plus Nats-Msg-Id (the id, as text), Outbox-Topic
+//     (the topic) and Outbox-Key (the key, when not empty). These three
+//     replace application headers of the same names. Other Nats-* headers
+//     reach JetStream and take effect there (Nats-TTL, say). NATS trims
+//     leading and trailing spaces of header values and turns line breaks into
+//     spaces.
+//
+// # Outcomes
+//
+// Publish returns nil for a message JetStream stored (or already held), an
+// error made with outbox.Permanent when no retry can succeed, and a plain
+// (retryable) error otherwise:
+//
+//   - permanent: no stream captures the subject (checked with the JetStream
+//     API after the server found no responder, so a server that is still
+//     starting does not count); a message over the server's max_payload or
+//     the stream's MaxMsgSize; a subject NATS cannot route (empty, with
+//     spaces, empty tokens or wildcards); a message without id; any other
+//     JetStream rejection with status 400 (a wrong expected stream, a bad
+//     Nats-TTL...), except account resource limits;
+//   - retryable: no acknowledgement within Config.AckTimeout or before the
+//     context ends, a connection lost or reconnecting, a closed connection or
+//     publisher, JetStream unavailable or out of storage, no responder while
+//     the stream cannot be looked up.
+//
+// Every error is a *PublishError naming the message id and subject.
+//
+// # Connections
+//
+// New uses a JetStream context the caller made and keeps open. Dial connects
+// by itself with reconnection forever (a relay must outlive broker outages),
+// and Close drains and closes that connection. While the connection is
+// reconnecting, nats.go buffers messages (8 MB by default); they are
+// acknowledged after the reconnection if that comes within AckTimeout, or
+// reported as retryable, and possibly stored later, which the duplicate
+// window absorbs.
+package outboxnats

@@ -1,0 +1,485 @@
+package outboxnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/go-outbox/outbox"
+)
+
+// Header names the publisher sets on every message, besides the application
+// headers. Consumers read the outbox id from HeaderMsgID.
+const (
+	// HeaderKey carries Message.Key; it is absent when the key is empty.
+	HeaderKey = "Outbox-Key"
+	// HeaderMsgID carries Message.ID as text; JetStream deduplicates on it.
+	HeaderMsgID = jetstream.MsgIDHeader
+	// HeaderTopic carries Message.Topic, which the subject may not show
+	// (a prefix, a Subject function).
+	HeaderTopic = "Outbox-Topic"
+)
+
+// Defaults of Config.
+const (
+	// AckTimeoutDefault is how long Publish waits for JetStream to
+	// acknowledge a batch. Acknowledgements take milliseconds; the margin
+	// covers a cluster electing a stream leader or a quick server restart.
+	AckTimeoutDefault = 10 * time.Second
+	// DrainTimeoutDefault bounds how long Close drains a Dial'ed connection.
+	DrainTimeoutDefault = 5 * time.Second
+)
+
+// ErrClosed is returned, for every message, by Publish after Close. It
+// matches outbox.ErrClosed with errors.Is and is retryable: another relay
+// instance, or this one after a restart, publishes the messages.
+var ErrClosed error = closedError{}
+
+type closedError struct{}
+
+func (closedError) Error() string        { return "outboxnats: publisher closed" }
+func (closedError) Is(target error) bool { return target == outbox.ErrClosed }
+
+// ErrNoStream means no JetStream stream captures the message's subject. It is
+// permanent: fix the stream's subjects or the publisher's subject mapping,
+// then retry the dead letters.
+var ErrNoStream = errors.New("no JetStream stream captures the subject")
+
+// ErrInvalidSubject means the subject a message maps to cannot be published
+// to. It is permanent.
+var ErrInvalidSubject = errors.New("invalid NATS subject")
+
+// errNoID is the cause for a message without id: every such message would
+// count as a duplicate of the first.
+var errNoID = errors.New("message has no id; write messages through an outbox Writer")
+
+// PublishError is the outcome of a message JetStream did not confirm. A
+// permanent one is wrapped by outbox.Permanent (test with
+// outbox.IsPermanent); errors.As finds the *PublishError either way.
+type PublishError struct {
+	// ID is the outbox message id.
+	ID uuid.UUID
+	// Subject is the subject the message was (or would have been) sent to.
+	Subject string
+	// Err is the cause: a nats.go or JetStream error, ErrNoStream,
+	// ErrInvalidSubject, ErrClosed or the context's error.
+	Err error
+}
+
+func (e *PublishError) Error() string {
+	return fmt.Sprintf("outboxnats: message %s to subject %q: %v", e.ID, e.Subject, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *PublishError) Unwrap() error { return e.Err }
+
+// Config configures a Publisher. The zero value publishes each message to
+// the subject named by its topic, with every default.
+type Config struct {
+	// AckTimeout bounds the wait for a batch's acknowledgements, whatever
+	// the context allows; unacknowledged messages are then retryable. Zero
+	// means AckTimeoutDefault.
+	AckTimeout time.Duration
+	// ConnectOptions are nats.go options Dial applies after its own
+	// (nats.MaxReconnects(-1), a client name, handlers logging connection
+	// events to Logger), to add credentials, TLS, nats.RetryOnFailedConnect
+	// or to replace the defaults. New ignores them.
+	ConnectOptions []nats.Option
+	// DrainTimeout bounds how long Close drains a Dial'ed connection. Zero
+	// means DrainTimeoutDefault.
+	DrainTimeout time.Duration
+	// Logger receives the connection events of a Dial'ed connection
+	// (disconnected, reconnected, closed, asynchronous errors such as
+	// permission violations). Nil means slog.Default().
+	Logger *slog.Logger
+	// Stream, if set, names the stream every message must land in: JetStream
+	// rejects (permanently) a message whose subject another stream captures,
+	// instead of storing it there.
+	Stream string
+	// Subject maps a message to its subject. Nil means SubjectPrefix +
+	// m.Topic. A function returning an invalid subject (empty, with spaces,
+	// empty tokens or wildcards) makes that message fail permanently.
+	Subject func(m outbox.Message) string
+	// SubjectPrefix is put before every topic, verbatim: with "events." the
+	// topic "orders.created" goes to "events.orders.created". Set Subject or
+	// SubjectPrefix, not both.
+	SubjectPrefix string
+}
+
+func (c Config) withDefaults() (Config, error) {
+	bad := func(field string, value any, fix string) (Config, error) {
+		return c, &outbox.ConfigError{Field: "outboxnats.Config." + field, Value: value, Fix: fix}
+	}
+	switch {
+	case c.AckTimeout < 0:
+		return bad("AckTimeout", c.AckTimeout, "use a positive duration, or 0 for the default "+AckTimeoutDefault.String())
+	case c.DrainTimeout < 0:
+		return bad("DrainTimeout", c.DrainTimeout, "use a positive duration, or 0 for the default "+DrainTimeoutDefault.String())
+	case c.Subject != nil && c.SubjectPrefix != "":
+		return bad("SubjectPrefix", c.SubjectPrefix, "leave it empty when Config.Subject is set, or put the prefix in Subject")
+	case c.SubjectPrefix != "" && validSubject(c.SubjectPrefix+"x") != nil:
+		return bad("SubjectPrefix", c.SubjectPrefix, "use subject tokens separated by dots, without spaces or wildcards, usually ending with a dot, e.g. \"events.\"")
+	case c.Stream != "" && strings.ContainsAny(c.Stream, " \t\r\n.*>/\\"):
+		return bad("Stream", c.Stream, "use a stream name without spaces, dots, wildcards or path separators")
+	}
+	if c.AckTimeout == 0 {
+		c.AckTimeout = AckTimeoutDefault
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DrainTimeoutDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// Publisher publishes outbox messages to JetStream; see the package
+// documentation. It is safe for concurrent use by several relay workers.
+type Publisher struct {
+	cfg Config
+	js  jetstream.JetStream
+	nc  *nats.Conn // set when Dial owns the connection
+	// ncClosed is closed once nc's closed handler has run: the last of the
+	// connection's callbacks.
+	ncClosed <-chan struct{}
+	pubOpts  []jetstream.PublishOpt
+
+	mu     sync.RWMutex // held for reading by Publish, for writing by Close
+	closed bool
+
+	// onAck, if set (by tests), sees every acknowledgement.
+	onAck func(m *outbox.Message, ack *jetstream.PubAck)
+}
+
+// New returns a publisher using js, whose connection the caller owns: Close
+// stops the publisher but leaves the connection open. Give the connection
+// nats.MaxReconnects(-1), so it outlives broker outages, and js
+// jetstream.WithPublishAsyncTimeout, so acknowledgements that never come do
+// not stay pending. New returns a *outbox.ConfigError if cfg is invalid.
+func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
+	if js == nil {
+		return nil, &outbox.ConfigError{Field: "outboxnats.New js", Value: "nil", Fix: "pass a JetStream context, e.g. jetstream.New(nc), or use outboxnats.Dial"}
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: cfg, js: js}
+	if cfg.Stream != "" {
+		p.pubOpts = append(p.pubOpts, jetstream.WithExpectStream(cfg.Stream))
+	}
+	return p, nil
+}
+
+// Dial connects to the NATS servers at url (comma-separated for several;
+// user:password@ or token@ in the URL authenticate) and returns a publisher
+// owning the connection, which Close drains and closes. The connection
+// reconnects forever. Dial fails if no server answers, unless
+// Config.ConnectOptions include nats.RetryOnFailedConnect(true).
+func Dial(url string, cfg Config) (*Publisher, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	opts := []nats.Option{
+		nats.Name("outbox relay"),
+		nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil when Close closed the connection
+				log.Warn("outboxnats: disconnected from NATS; reconnecting", slog.Any("error", err))
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("outboxnats: reconnected to NATS", slog.String("server", nc.ConnectedAddr()))
+		}),
+		nats.ClosedHandler(func(*nats.Conn) {
+			log.Info("outboxnats: NATS connection closed")
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Error("outboxnats: NATS error", slog.Any("error", err))
+		}),
+	}
+	opts = append(opts, cfg.ConnectOptions...)
+	// Last, so that it wraps whatever closed handler the options set: Close
+	// waits for it, so no callback runs after Close returns.
+	closed := make(chan struct{})
+	var once sync.Once
+	opts = append(opts, func(o *nats.Options) error {
+		prev := o.ClosedCB
+		o.ClosedCB = func(nc *nats.Conn) {
+			if prev != nil {
+				prev(nc)
+			}
+			once.Do(func() { close(closed) })
+		}
+		return nil
+	})
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		// The error never quotes the URL, which may hold a password.
+		return nil, fmt.Errorf("outboxnats: connect to %s: %w", redactURL(url), err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(cfg.AckTimeout))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("outboxnats: jetstream: %w", err)
+	}
+	p, err := New(js, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	p.nc, p.ncClosed = nc, closed
+	return p, nil
+}
+
+// redactURL keeps the scheme, hosts and path of a NATS URL list, dropping
+// user information and query.
+func redactURL(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, part := range parts {
+		u, err := url.Parse(strings.TrimSpace(part))
+		if err != nil || u.Host == "" {
+			parts[i] = "(unparsable URL)"
+			continue
+		}
+		u.User, u.RawQuery, u.Fragment = nil, "", ""
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// JetStream returns the JetStream context the publisher uses, e.g. to create
+// streams or consumers on a Dial'ed connection.
+func (p *Publisher) JetStream() jetstream.JetStream { return p.js }
+
+// Close stops the publisher: later calls of Publish fail with ErrClosed. It
+// waits for the Publish calls in flight. A Dial'ed connection is drained
+// (within Config.DrainTimeout) and closed; a connection given to New stays
+// open. Close is idempotent and always returns nil once the publisher is
+// closed.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	if p.nc == nil {
+		return nil
+	}
+	if err := p.nc.Drain(); err != nil {
+		// Drain refuses a reconnecting or closed connection: nothing is in
+		// flight that draining could save, so just close it.
+		p.nc.Close()
+	}
+	timer := time.NewTimer(p.cfg.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-p.ncClosed:
+	case <-timer.C:
+		p.nc.Close()
+		// The closed handler runs soon after; wait a little for it, so
+		// it does not log after Close returned.
+		select {
+		case <-p.ncClosed:
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
+
+// Publish sends the batch and waits for JetStream's acknowledgement of each
+// message, up to Config.AckTimeout or the end of ctx; see the package
+// documentation for the outcomes.
+func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
+	errs := make([]error, len(batch))
+	if len(batch) == 0 {
+		return errs
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		for i := range batch {
+			errs[i] = &PublishError{ID: batch[i].ID, Subject: p.subject(&batch[i]), Err: ErrClosed}
+		}
+		return errs
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.AckTimeout,
+		fmt.Errorf("Config.AckTimeout (%v) expired: %w", p.cfg.AckTimeout, context.DeadlineExceeded))
+	defer cancel()
+
+	subjects := make([]string, len(batch))
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	for i := range batch {
+		m := &batch[i]
+		subjects[i] = p.subject(m)
+		fail := func(err error) { errs[i] = classify(&PublishError{ID: m.ID, Subject: subjects[i], Err: err}) }
+		if ctx.Err() != nil {
+			fail(fmt.Errorf("not sent: %w", context.Cause(ctx)))
+			continue
+		}
+		msg, err := p.message(m, subjects[i])
+		if err != nil {
+			fail(err)
+			continue
+		}
+		f, err := p.js.PublishMsgAsync(msg, p.pubOpts...)
+		if err != nil {
+			fail(err)
+			continue
+		}
+		futures[i] = f
+	}
+
+	var noResponders []int
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		ack, err := await(ctx, f)
+		if err == nil {
+			if p.onAck != nil {
+				p.onAck(&batch[i], ack)
+			}
+			continue
+		}
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			noResponders = append(noResponders, i)
+		}
+		errs[i] = classify(&PublishError{ID: batch[i].ID, Subject: subjects[i], Err: err})
+	}
+	if len(noResponders) > 0 {
+		p.checkStreams(ctx, batch, subjects, noResponders, errs)
+	}
+	return errs
+}
+
+// await waits for one acknowledgement. A message already acknowledged when
+// ctx ends counts as published: the stream has it.
+func await(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
+	ok, failed := f.Ok(), f.Err()
+	select {
+	case ack := <-ok:
+		return ack, nil // PubAck.Duplicate too: the stream holds the message
+	case err := <-failed:
+		return nil, err
+	default:
+	}
+	select {
+	case ack := <-ok:
+		return ack, nil
+	case err := <-failed:
+		return nil, err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no acknowledgement: %w", context.Cause(ctx))
+	}
+}
+
+// checkStreams decides, for messages the server found no responder for,
+// between "no stream captures the subject" (permanent) and "JetStream not
+// answering yet" (a server starting up, a stream leader moving: retryable),
+// by asking the JetStream API which stream captures each subject.
+func (p *Publisher) checkStreams(ctx context.Context, batch []outbox.Message, subjects []string, idx []int, errs []error) {
+	missing := map[string]bool{}
+	for _, i := range idx {
+		subj := subjects[i]
+		gone, seen := missing[subj]
+		if !seen {
+			_, err := p.js.StreamNameBySubject(ctx, subj)
+			gone = errors.Is(err, jetstream.ErrStreamNotFound)
+			missing[subj] = gone
+		}
+		if gone {
+			errs[i] = outbox.Permanent(&PublishError{ID: batch[i].ID, Subject: subj, Err: ErrNoStream})
+		}
+	}
+}
+
+func (p *Publisher) subject(m *outbox.Message) string {
+	if p.cfg.Subject != nil {
+		return p.cfg.Subject(*m)
+	}
+	return p.cfg.SubjectPrefix + m.Topic
+}
+
+// message builds the NATS message for m, or returns a permanent cause.
+func (p *Publisher) message(m *outbox.Message, subject string) (*nats.Msg, error) {
+	if m.ID == uuid.Nil {
+		return nil, errNoID
+	}
+	if err := validSubject(subject); err != nil {
+		return nil, err
+	}
+	h := make(nats.Header, len(m.Headers)+3)
+	for k, v := range m.Headers {
+		h.Set(k, v)
+	}
+	h.Set(HeaderMsgID, m.ID.String())
+	h.Set(HeaderTopic, m.Topic)
+	if m.Key != "" {
+		h.Set(HeaderKey, m.Key)
+	} else {
+		h.Del(HeaderKey) // an application header must not pose as the key
+	}
+	return &nats.Msg{Subject: subject, Data: m.Payload, Header: h}, nil
+}
+
+// validSubject accepts what a NATS server routes as a literal subject:
+// non-empty dot-separated tokens without whitespace, and no wildcard token.
+func validSubject(s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidSubject)
+	}
+	if strings.ContainsAny(s, " \t\r\n\f\v") {
+		return fmt.Errorf("%w: contains whitespace", ErrInvalidSubject)
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		switch tok {
+		case "":
+			return fmt.Errorf("%w: empty token (a leading, trailing or double dot)", ErrInvalidSubject)
+		case "*", ">":
+			return fmt.Errorf("%w: wildcard token %q; messages go to literal subjects", ErrInvalidSubject, tok)
+		}
+	}
+	return nil
+}
+
+// retryable400 are JetStream rejections with status 400 that an operator
+// fixes without touching the message: account limits.
+var retryable400 = map[jetstream.ErrorCode]bool{
+	10002: true, // resource limits exceeded for account
+	10120: true, // no JetStream default or applicable tiered limit present
+}
+
+// classify marks e permanent when no retry can deliver its message.
+func classify(e *PublishError) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case outbox.IsPermanent(e.Err):
+		return outbox.Permanent(e)
+	case errors.Is(e.Err, errNoID),
+		errors.Is(e.Err, ErrInvalidSubject),
+		errors.Is(e.Err, nats.ErrMaxPayload),
+		errors.Is(e.Err, nats.ErrBadSubject),
+		errors.Is(e.Err, nats.ErrBadHeaderMsg):
+		return outbox.Permanent(e)
+	case errors.As(e.Err, &apiErr):
+		if apiErr.Code == 400 && !retryable400[apiErr.ErrorCode] {
+			return outbox.Permanent(e)
+		}
+	}
+	return e
+}
