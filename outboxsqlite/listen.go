@@ -81,6 +81,11 @@ func (s *Store) watch(ctx context.Context, wake, started func()) error {
 	}
 	started()
 	wake() // commits made before watching started went unseen
+	// The checks run without a cancellable context: a context that can end
+	// makes the driver arm an interrupt around every statement, which more
+	// than doubles the cost of a check (measured: 10 µs against 24 µs). A
+	// check never waits for a lock, and the loop stops at the next tick.
+	check := context.WithoutCancel(ctx)
 	t := time.NewTicker(s.set.watchInterval)
 	defer t.Stop()
 	for {
@@ -89,7 +94,7 @@ func (s *Store) watch(ctx context.Context, wake, started func()) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		v, err := dataVersion(ctx, stmt)
+		v, err := dataVersion(check, stmt)
 		if err != nil {
 			return err
 		}

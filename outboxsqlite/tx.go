@@ -96,9 +96,9 @@ func explain(err error, path string) error {
 	if err == nil {
 		return nil
 	}
-	file := "the database file"
+	file, cmdPath := "the database file", "FILE"
 	if path != "" {
-		file = "the database file " + path
+		file, cmdPath = "the database file "+path, path
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
@@ -108,7 +108,7 @@ func explain(err error, path string) error {
 		case sqlite3.SQLITE_READONLY:
 			return fmt.Errorf("%w (%s, its directory, or its -wal and -shm files are not writable by this process; writers and relays need write access: fix the owner or permissions)", err, file)
 		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
-			return fmt.Errorf("%w (%s is damaged or not an SQLite database; check the path, run `sqlite3 FILE 'PRAGMA integrity_check'` and restore it from a backup)", err, file)
+			return fmt.Errorf("%w (%s is damaged or not an SQLite database; check the path, run `sqlite3 %s 'PRAGMA integrity_check'` and restore it from a backup)", err, file, cmdPath)
 		case sqlite3.SQLITE_FULL:
 			return fmt.Errorf("%w (the disk holding %s is full; free space, then retry)", err, file)
 		case sqlite3.SQLITE_CANTOPEN:

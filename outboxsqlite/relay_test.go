@@ -1,0 +1,124 @@
+package outboxsqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxsqlite"
+	"github.com/go-outbox/outbox/relaytest"
+)
+
+// relayHarness opens a migrated table, with a name of its own, in a new file
+// whose statements are logged.
+func relayHarness(t *testing.T, opts outboxsqlite.Options) (relaytest.Harness, *outboxsqlite.Store, *statementLog) {
+	t.Helper()
+	log := &statementLog{}
+	if opts.Table == "" {
+		opts.Table = randomTable()
+	}
+	store := openMigrated(t, dbPath(t), opts, log)
+	w := newWriter(t, store)
+	return relaytest.Harness{
+		Store: store,
+		Write: func(ctx context.Context, commit bool, msgs ...*outbox.Message) error {
+			err := store.RunInTx(ctx, func(tx *sql.Tx) error {
+				if err := w.Write(ctx, tx, msgs...); err != nil {
+					return err
+				}
+				if !commit {
+					return errRollback
+				}
+				return nil
+			})
+			if !commit && errors.Is(err, errRollback) {
+				return nil
+			}
+			return err
+		},
+		Notify: w.Notify,
+		// The write watcher's PRAGMA data_version is left out: it reads the
+		// file's shared memory on a connection of its own and is not a query
+		// the relay sends to look for work.
+		Statements: log.sent,
+		Scale:      0.25,
+	}, store, log
+}
+
+func TestRelay(t *testing.T) {
+	t.Parallel()
+	relaytest.Run(t, func(t *testing.T) relaytest.Harness {
+		h, _, _ := relayHarness(t, outboxsqlite.Options{})
+		return h
+	})
+}
+
+// A relay learns of commits made by other connections (another process, or
+// a writer that does not call Notify) through the data_version watcher: it
+// polls once an hour, so only the watcher can deliver in time.
+func TestRelayWakesOnCommitsOfOtherConnections(t *testing.T) {
+	t.Parallel()
+	h, store, log := relayHarness(t, outboxsqlite.Options{})
+	// The writer is another Store on another *sql.DB of the same file, as in
+	// another process; it never calls the in-process Notify.
+	other := openMigrated(t, outboxsqlite.Path(store), outboxsqlite.Options{Table: store.Name()[len("main."):]}, nil)
+	w := newWriter(t, other)
+	ready := func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for !slices.ContainsFunc(log.all(), isWatch) {
+			if time.Now().After(deadline) {
+				t.Fatal("the relay did not start watching within 30s")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // the wake-up sent when watching starts
+	}
+	relaytest.TestWakeLatency(t, h, outbox.Config{}, ready, func(ctx context.Context, m *outbox.Message) error {
+		return other.RunInTx(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, m) })
+	})
+}
+
+func TestListenForWritesOffWithPollOnlyOrOneConnection(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	pollOnly := newStore(t, outboxsqlite.Options{PollOnly: true})
+	if err := pollOnly.ListenForWrites(ctx, func() {}); err == nil || ctx.Err() != nil {
+		t.Fatalf("ListenForWrites with PollOnly: %v; want an error at once", err)
+	}
+	one := newStore(t, outboxsqlite.Options{})
+	one.DB().SetMaxOpenConns(1)
+	if err := one.ListenForWrites(ctx, func() {}); err == nil || ctx.Err() != nil {
+		t.Fatalf("ListenForWrites on a pool of one connection: %v; want an error at once", err)
+	}
+}
+
+// The cost of one look for commits, the watcher's only work while idle.
+func BenchmarkDataVersionCheck(b *testing.B) {
+	path := b.TempDir() + "/outbox.db"
+	s, err := outboxsqlite.Open(b.Context(), path, outboxsqlite.Options{CreateIfMissing: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	c, err := s.DB().Conn(b.Context())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	stmt, err := c.PrepareContext(b.Context(), "PRAGMA data_version")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stmt.Close()
+	var v int64
+	for b.Loop() {
+		if err := stmt.QueryRowContext(context.Background()).Scan(&v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
