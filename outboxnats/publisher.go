@@ -115,6 +115,14 @@ type Config struct {
 	SubjectPrefix string
 }
 
+// Validate reports the first invalid field of c as a *outbox.ConfigError, or
+// nil. New and Dial validate too; call Validate to check a configuration
+// before connecting.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
 func (c Config) withDefaults() (Config, error) {
 	bad := func(field string, value any, fix string) (Config, error) {
 		return c, &outbox.ConfigError{Field: "outboxnats.Config." + field, Value: value, Fix: fix}
@@ -204,7 +212,7 @@ func Dial(url string, cfg Config) (*Publisher, error) {
 			log.Info("outboxnats: reconnected to NATS", slog.String("server", nc.ConnectedAddr()))
 		}),
 		nats.ClosedHandler(func(*nats.Conn) {
-			log.Info("outboxnats: NATS connection closed")
+			log.Debug("outboxnats: NATS connection closed")
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			log.Error("outboxnats: NATS error", slog.Any("error", err))

@@ -482,6 +482,9 @@ func TestConfigErrorsNameTheFieldAndTheFix(t *testing.T) {
 		{outboxnats.Config{SubjectPrefix: "a.*."}, "SubjectPrefix"},
 		{outboxnats.Config{Stream: "A.B"}, "Stream"},
 	} {
+		if err := tc.cfg.Validate(); !errors.Is(err, outbox.ErrInvalidConfig) {
+			t.Errorf("%+v.Validate() = %v, want ErrInvalidConfig", tc.cfg, err)
+		}
 		_, err := outboxnats.New(js, tc.cfg)
 		var ce *outbox.ConfigError
 		if !errors.As(err, &ce) || !strings.HasSuffix(ce.Field, tc.field) || ce.Fix == "" {
