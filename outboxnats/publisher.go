@@ -75,6 +75,7 @@ type PublishError struct {
 	Err error
 }
 
+// Error names the message, its subject and the cause.
 func (e *PublishError) Error() string {
 	return fmt.Sprintf("outboxnats: message %s to subject %q: %v", e.ID, e.Subject, e.Err)
 }
