@@ -31,6 +31,14 @@ const (
 // acknowledged when Config.CloseTimeout is zero.
 const CloseTimeoutDefault = 10 * time.Second
 
+// MetadataMinAgeDefault is the shortest time between two metadata refreshes
+// of a Dial publisher's client (franz-go's default is 5s). The client gives
+// up on a topic that does not exist after a few refreshes, and refreshes
+// after a leader change: a shorter age reports a missing topic in about 4s
+// instead of 20s, and ends the stall of a batch after a broker failure
+// sooner, for one cheap request per second at most.
+const MetadataMinAgeDefault = time.Second
+
 // MaxTopicLength is the longest Kafka topic name, in bytes.
 const MaxTopicLength = 249
 
@@ -117,8 +125,9 @@ func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 }
 
 // Dial returns a publisher with a client of its own for the seed brokers
-// (host:port), built with kgo.SeedBrokers, kgo.ProducerLinger(0) and then
-// opts (TLS, SASL, client id...), which may override them. Dial does not
+// (host:port), built with kgo.SeedBrokers, kgo.ProducerLinger(0),
+// kgo.MetadataMinAge(MetadataMinAgeDefault) and then opts (TLS, SASL, client
+// id...), which may override them. Dial does not
 // connect: the client connects on first use and reconnects by itself, so a
 // relay can start while Kafka is down. Close the publisher to close the
 // client.
@@ -126,7 +135,7 @@ func Dial(seeds []string, cfg Config, opts ...kgo.Opt) (*Publisher, error) {
 	if len(seeds) == 0 {
 		return nil, &outbox.ConfigError{Field: "outboxkafka.Dial seeds", Value: "none", Fix: "give at least one broker address, e.g. localhost:9092"}
 	}
-	all := append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ProducerLinger(0)}, opts...)
+	all := append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ProducerLinger(0), kgo.MetadataMinAge(MetadataMinAgeDefault)}, opts...)
 	client, err := kgo.NewClient(all...)
 	if err != nil {
 		return nil, fmt.Errorf("outboxkafka: %w", err)

@@ -316,7 +316,11 @@ func TestUnknownTopicIsPermanent(t *testing.T) {
 			t.Errorf("message %s to a missing topic: %v, want a permanent kerr.UnknownTopicOrPartition", batch[i].ID, err)
 		}
 	}
-	t.Logf("unknown topic reported after %v", time.Since(start).Round(time.Millisecond))
+	d := time.Since(start)
+	t.Logf("unknown topic reported after %v", d.Round(time.Millisecond))
+	if d > 10*time.Second {
+		t.Errorf("unknown topic reported after %v; Dial's metadata refreshes should report it within about 4s", d)
+	}
 }
 
 func TestInvalidTopicNameIsPermanent(t *testing.T) {

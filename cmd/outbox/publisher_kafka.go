@@ -1,8 +1,173 @@
 package main
 
-import "github.com/go-outbox/outbox"
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
 
-// openKafka builds the publisher for a kafka:// --publisher URL.
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxkafka"
+)
+
+// kafkaDefaultPort is the port of a broker address given without one.
+const kafkaDefaultPort = "9092"
+
+// kafkaTarget is a parsed kafka:// --publisher URL:
+//
+//	kafka://[user:password@]host[:port][,host[:port]...][?topic=T&tls=true&sasl=plain&client_id=C]
+type kafkaTarget struct {
+	clientID string
+	password string
+	// sasl is "", "plain", "scram-sha-256" or "scram-sha-512".
+	sasl  string
+	seeds []string
+	tls   bool
+	topic string
+	user  string
+}
+
+// openKafka builds the publisher for a kafka:// --publisher URL. The client
+// connects on first use, so the relay starts even while Kafka is down.
 func openKafka(raw string) (outbox.Publisher, error) {
-	return nil, usagef("--publisher %q: the kafka publisher is not built yet", redact(raw))
+	k, err := parseKafkaURL(raw)
+	if err != nil {
+		return nil, usagef("--publisher %q: %v", redactKafkaURL(raw), err)
+	}
+	p, err := outboxkafka.Dial(k.seeds, outboxkafka.Config{Topic: k.topic}, k.options()...)
+	if err != nil {
+		return nil, usagef("--publisher %q: %v", redactKafkaURL(raw), err)
+	}
+	return p, nil
+}
+
+// redactKafkaURL hides the whole user information of a kafka:// URL, even
+// when it is malformed (a password given without a user, say).
+func redactKafkaURL(raw string) string {
+	if i := strings.Index(raw, "://"); i >= 0 {
+		end := len(raw)
+		if j := strings.IndexAny(raw[i+3:], "/?"); j >= 0 {
+			end = i + 3 + j
+		}
+		if at := strings.LastIndex(raw[i+3:end], "@"); at >= 0 {
+			raw = raw[:i+3] + "xxxxx" + raw[i+3+at:]
+		}
+	}
+	return redact(raw)
+}
+
+func parseKafkaURL(raw string) (kafkaTarget, error) {
+	var k kafkaTarget
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || !strings.EqualFold(scheme, "kafka") {
+		return k, fmt.Errorf("use kafka://host:9092[,host2:9092][?topic=T]")
+	}
+	rest, query, _ := strings.Cut(rest, "?")
+	authority, path, _ := strings.Cut(rest, "/")
+	if path != "" {
+		return k, fmt.Errorf("unexpected path /%s; the topic goes in ?topic=", path)
+	}
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		user, pass, hasPass := strings.Cut(authority[:at], ":")
+		authority = authority[at+1:]
+		var err1, err2 error
+		k.user, err1 = url.PathUnescape(user)
+		k.password, err2 = url.PathUnescape(pass)
+		if err1 != nil || err2 != nil || k.user == "" || !hasPass {
+			return k, fmt.Errorf("give SASL credentials as user:password@ (percent-encode special characters)")
+		}
+	}
+	for h := range strings.SplitSeq(authority, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		seed, err := kafkaSeed(h)
+		if err != nil {
+			return k, err
+		}
+		k.seeds = append(k.seeds, seed)
+	}
+	if len(k.seeds) == 0 {
+		return k, fmt.Errorf("no broker address; use kafka://host:9092")
+	}
+
+	values, err := url.ParseQuery(query)
+	if err != nil {
+		return k, fmt.Errorf("query: %v", err)
+	}
+	for name, vs := range values {
+		v := vs[len(vs)-1]
+		switch name {
+		case "client_id":
+			k.clientID = v
+		case "sasl":
+			k.sasl = strings.ToLower(v)
+			switch k.sasl {
+			case "plain", "scram-sha-256", "scram-sha-512":
+			default:
+				return k, fmt.Errorf("sasl=%q: use plain, scram-sha-256 or scram-sha-512", v)
+			}
+		case "tls":
+			if k.tls, err = strconv.ParseBool(v); err != nil {
+				return k, fmt.Errorf("tls=%q: use true or false", v)
+			}
+		case "topic":
+			if err := outboxkafka.ValidateTopic(v); err != nil {
+				return k, fmt.Errorf("topic=%q: %v", v, err)
+			}
+			k.topic = v
+		default:
+			return k, fmt.Errorf("unknown parameter %q; use topic, tls, sasl or client_id", name)
+		}
+	}
+	switch {
+	case k.sasl != "" && k.user == "":
+		return k, fmt.Errorf("sasl=%s needs user:password@ before the hosts", k.sasl)
+	case k.sasl == "" && k.user != "":
+		k.sasl = "plain"
+	}
+	return k, nil
+}
+
+// kafkaSeed checks a broker address and adds the default port if it has
+// none.
+func kafkaSeed(h string) (string, error) {
+	if !strings.Contains(h, ":") || strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		h = net.JoinHostPort(strings.Trim(h, "[]"), kafkaDefaultPort)
+	}
+	host, port, err := net.SplitHostPort(h)
+	if err != nil || host == "" {
+		return "", fmt.Errorf("broker address %q: use host:port", h)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("broker address %q: port %q is not a number from 1 to 65535", h, port)
+	}
+	return h, nil
+}
+
+// options returns the client options for k.
+func (k kafkaTarget) options() []kgo.Opt {
+	var opts []kgo.Opt
+	if k.clientID != "" {
+		opts = append(opts, kgo.ClientID(k.clientID))
+	}
+	if k.tls {
+		opts = append(opts, kgo.DialTLSConfig(&tls.Config{MinVersion: tls.VersionTLS12}))
+	}
+	switch k.sasl {
+	case "plain":
+		opts = append(opts, kgo.SASL(plain.Auth{User: k.user, Pass: k.password}.AsMechanism()))
+	case "scram-sha-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.user, Pass: k.password}.AsSha256Mechanism()))
+	case "scram-sha-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.user, Pass: k.password}.AsSha512Mechanism()))
+	}
+	return opts
 }
