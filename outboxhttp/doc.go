@@ -73,6 +73,8 @@
 // endpoint in no particular order, and the relay itself may run several
 // batches at once (outbox.Config.Workers). With Config.Sequential a batch is
 // sent one message at a time in order, and a retryable failure holds back
-// the batch's later messages of the same key; run the relay with one worker
-// too if the receiver needs a key's messages in order.
+// the batch's later messages of the same key. That keeps order within a
+// batch only: across batches and retries, order per key is the relay's
+// business (its ordering mode); without it, a retried message can arrive
+// after later messages of its key.
 package outboxhttp

@@ -95,21 +95,6 @@ func (e *endpoint) all() []request {
 	return append([]request(nil), e.requests...)
 }
 
-// waitFor waits until the endpoint has received n requests in all.
-func (e *endpoint) waitFor(t *testing.T, ctx context.Context, n int) []request {
-	t.Helper()
-	for {
-		if all := e.all(); len(all) >= n {
-			return all
-		}
-		select {
-		case <-e.arrived:
-		case <-ctx.Done():
-			t.Fatalf("endpoint received %d requests, want %d: %v", len(e.all()), n, ctx.Err())
-		}
-	}
-}
-
 func newPublisher(t *testing.T, cfg outboxhttp.Config) *outboxhttp.Publisher {
 	t.Helper()
 	if cfg.Secret == nil {
