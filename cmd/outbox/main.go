@@ -81,6 +81,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newStatusCommand(g),
 		newDeadCommand(g),
 		newSendCommand(g),
+		newDemoCommand(),
 	)
 	return root
 }

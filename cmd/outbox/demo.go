@@ -1,0 +1,437 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/natstest"
+	"github.com/go-outbox/outbox/outboxnats"
+	"github.com/go-outbox/outbox/outboxsqlite"
+)
+
+func newDemoCommand() *cobra.Command {
+	var (
+		dir  string
+		keep bool
+	)
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Show the whole flow in one process, nothing installed: SQLite, a relay, embedded NATS, a consumer",
+		Long: `demo runs everything in this process: orders written with their events in one
+SQLite transaction, a relay publishing them to an embedded NATS JetStream server, and a
+consumer applying each event exactly once through an inbox. Along the way it rolls a
+transaction back, stops the broker and starts it again, replays a message whose
+acknowledgement was "lost", and dead-letters a poison message. It checks every step and
+exits non-zero if any guarantee did not hold.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				d, err := os.MkdirTemp("", "outbox-demo-")
+				if err != nil {
+					return err
+				}
+				dir = d
+				if !keep {
+					defer os.RemoveAll(d)
+				}
+			}
+			d := &demo{out: cmd.OutOrStdout(), dir: dir}
+			defer d.close()
+			return d.run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "directory for the SQLite file and the NATS store (default: a temporary one, removed afterwards)")
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temporary directory, to look at demo.db with outbox status/dead afterwards")
+	return cmd
+}
+
+// demo holds the parts of the demonstration.
+type demo struct {
+	out          io.Writer
+	dir          string
+	start        time.Time
+	store        *outboxsqlite.Store
+	writer       *outbox.Writer[*sql.Tx]
+	nats         *natstest.Server
+	pub          *outboxnats.Publisher
+	relay        *outbox.Relay
+	relayDone    chan error
+	stopConsumer func()
+	stopRelay    context.CancelFunc
+
+	mu       sync.Mutex
+	consumed map[string]int // message id -> deliveries seen by the consumer
+	applied  chan struct{}  // signalled after each applied or skipped delivery
+}
+
+const demoStream = "ORDERS"
+
+func (d *demo) say(format string, args ...any) {
+	fmt.Fprintf(d.out, "[%6.3fs] %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (d *demo) run(ctx context.Context) error {
+	d.start = time.Now()
+	d.consumed = map[string]int{}
+	d.applied = make(chan struct{}, 1)
+	if err := d.setUp(ctx); err != nil {
+		return err
+	}
+	steps := []func(context.Context) error{d.ordersFlow, d.rollback, d.brokerOutage, d.lostAck, d.poison, d.summary}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
+	return nil
+}
+
+func (d *demo) setUp(ctx context.Context) error {
+	dbPath := filepath.Join(d.dir, "demo.db")
+	store, err := outboxsqlite.Open(ctx, dbPath, outboxsqlite.Options{CreateIfMissing: true})
+	if err != nil {
+		return err
+	}
+	d.store = store
+	m, err := outboxsqlite.NewMigrator(store.DB(), outboxsqlite.Options{})
+	if err != nil {
+		return err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return err
+	}
+	// The application's own tables: orders, and what the consumer computes
+	// from their events, with its inbox.
+	for _, ddl := range []string{
+		`CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, total_cents INTEGER NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS revenue (customer TEXT PRIMARY KEY, orders INTEGER NOT NULL, total_cents INTEGER NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS inbox (consumer TEXT NOT NULL, message_id TEXT NOT NULL, processed_at TEXT NOT NULL, PRIMARY KEY (consumer, message_id))`,
+	} {
+		if _, err := store.DB().ExecContext(ctx, ddl); err != nil {
+			return err
+		}
+	}
+	if d.writer, err = outbox.NewWriter(store, outbox.WriterConfig{}); err != nil {
+		return err
+	}
+	d.say("SQLite database %s: outbox table migrated, orders/revenue/inbox tables created", dbPath)
+
+	if d.nats, err = natstest.Run(server.Options{StoreDir: filepath.Join(d.dir, "nats")}); err != nil {
+		return err
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Reconnect quickly after the outage the demo stages (nats.go waits 2s by default).
+	natsOpts := []nats.Option{nats.ReconnectWait(100 * time.Millisecond)}
+	if d.pub, err = outboxnats.Dial(d.nats.URL(), outboxnats.Config{Stream: demoStream, AckTimeout: time.Second, Logger: quiet, ConnectOptions: natsOpts}); err != nil {
+		return err
+	}
+	js := d.pub.JetStream()
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: demoStream, Subjects: []string{"orders.>"}, Duplicates: 10 * time.Minute}); err != nil {
+		return err
+	}
+	d.say("embedded NATS JetStream at %s: stream %s on orders.>, duplicate window 10m", d.nats.URL(), demoStream)
+
+	if err := d.startConsumer(ctx, js); err != nil {
+		return err
+	}
+	d.relay, err = outbox.NewRelay(store, d.pub, outbox.Config{
+		BatchSize: 50, BackoffBase: 200 * time.Millisecond, BackoffMax: time.Second, MaxAttempts: 20,
+		PollInterval: 500 * time.Millisecond, Logger: quiet,
+	})
+	if err != nil {
+		return err
+	}
+	relayCtx, stop := context.WithCancel(ctx)
+	d.stopRelay, d.relayDone = stop, make(chan error, 1)
+	go func() { d.relayDone <- d.relay.Run(relayCtx) }()
+	d.say("relay running: batches of 50, retries after 0-200ms doubling to 1s")
+	return nil
+}
+
+// startConsumer consumes the stream and applies each order event once: the
+// inbox row and the effect commit in one transaction, and the broker is
+// acknowledged only after that commit.
+func (d *demo) startConsumer(ctx context.Context, js jetstream.JetStream) error {
+	cons, err := js.CreateOrUpdateConsumer(ctx, demoStream, jetstream.ConsumerConfig{Durable: "revenue", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		return err
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		id := msg.Headers().Get("Nats-Msg-Id")
+		if err := d.apply(ctx, id, msg.Headers().Get("Outbox-Key"), msg.Data()); err != nil {
+			_ = msg.Nak()
+			return
+		}
+		_ = msg.Ack()
+	})
+	if err != nil {
+		return err
+	}
+	d.stopConsumer = cc.Stop
+	return nil
+}
+
+// apply is the consumer's handler behind its inbox.
+func (d *demo) apply(ctx context.Context, id, customer string, payload []byte) error {
+	var cents int
+	if _, err := fmt.Sscanf(string(payload), `{"total_cents":%d}`, &cents); err != nil {
+		return err
+	}
+	err := d.store.RunInTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO inbox (consumer, message_id, processed_at) VALUES ('revenue', ?, ?) ON CONFLICT DO NOTHING`, id, time.Now().UTC().Format(time.RFC3339Nano))
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil // seen before: skip the effect, acknowledge again
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO revenue (customer, orders, total_cents) VALUES (?, 1, ?)
+			ON CONFLICT (customer) DO UPDATE SET orders = orders + 1, total_cents = total_cents + excluded.total_cents`, customer, cents)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.consumed[id]++
+	d.mu.Unlock()
+	select {
+	case d.applied <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// placeOrder writes an order and its event in one transaction.
+func (d *demo) placeOrder(ctx context.Context, id int, customer string, cents int, fail bool) (*outbox.Message, error) {
+	m := &outbox.Message{Topic: "orders.created", Key: customer, Payload: fmt.Appendf(nil, `{"total_cents":%d}`, cents),
+		Headers: map[string]string{"content-type": "application/json"}}
+	err := d.writer.Transact(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, customer, total_cents) VALUES (?, ?, ?)`, id, customer, cents); err != nil {
+			return err
+		}
+		if err := d.writer.Write(ctx, tx, m); err != nil {
+			return err
+		}
+		if fail {
+			return errPaymentDeclined
+		}
+		return nil
+	})
+	return m, err
+}
+
+var errPaymentDeclined = errors.New("payment declined")
+
+var demoCustomers = []string{"ada", "grace", "linus"}
+
+func (d *demo) ordersFlow(ctx context.Context) error {
+	start := time.Now()
+	for i := 1; i <= 20; i++ {
+		if _, err := d.placeOrder(ctx, i, demoCustomers[i%3], 1000+i, false); err != nil {
+			return err
+		}
+	}
+	if err := d.waitConsumed(ctx, 20); err != nil {
+		return err
+	}
+	d.say("1. 20 orders committed with their events; all 20 published and applied in %v (in-process wake-up, no polling)", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+func (d *demo) rollback(ctx context.Context) error {
+	m, err := d.placeOrder(ctx, 21, "ada", 999999, true)
+	if !errors.Is(err, errPaymentDeclined) {
+		return fmt.Errorf("rolled-back order: %v", err)
+	}
+	if _, err := d.store.Get(ctx, m.ID); !errors.Is(err, outbox.ErrNotFound) {
+		return fmt.Errorf("the rolled-back event %s is stored: %v", m.ID, err)
+	}
+	d.say("2. order 21 rolled back (payment declined): its event %s does not exist and is never published", m.ID)
+	return nil
+}
+
+func (d *demo) brokerOutage(ctx context.Context) error {
+	d.nats.Shutdown()
+	d.say("3. broker down: NATS stopped")
+	for i := 22; i <= 31; i++ {
+		if _, err := d.placeOrder(ctx, i, demoCustomers[i%3], 2000+i, false); err != nil {
+			return err
+		}
+	}
+	// Wait until the relay has tried and failed at least once.
+	if err := pollUntil(ctx, 15*time.Second, func() bool { return d.attempted(ctx) }); err != nil {
+		return errors.New("the relay never tried to publish during the outage")
+	}
+	st, _ := d.store.Stats(ctx)
+	d.say("   10 more orders committed while it is down: relay attempts fail and are retried with backoff (%d pending)", st.Pending)
+	time.Sleep(time.Second) // let the outage last a little
+	if err := d.nats.Start(); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := d.waitConsumed(ctx, 30); err != nil {
+		return err
+	}
+	d.say("   NATS started again: the 10 waiting events published and applied %v later, none lost", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// attempted reports whether some pending message has failed at least once.
+func (d *demo) attempted(ctx context.Context) bool {
+	rows, err := d.store.DB().QueryContext(ctx, `SELECT count(*) FROM outbox WHERE status = 'pending' AND attempts > 0`)
+	if err != nil {
+		return false
+	}
+	defer rows.Close()
+	var n int
+	if rows.Next() {
+		_ = rows.Scan(&n)
+	}
+	return n > 0
+}
+
+func (d *demo) lostAck(ctx context.Context) error {
+	m, err := d.placeOrder(ctx, 32, "grace", 4200, false)
+	if err != nil {
+		return err
+	}
+	if err := d.waitConsumed(ctx, 31); err != nil {
+		return err
+	}
+	js := d.pub.JetStream()
+	stream, err := js.Stream(ctx, demoStream)
+	if err != nil {
+		return err
+	}
+	before, err := stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	// The relay crashed after NATS stored the message but before it recorded
+	// that: the message is published again.
+	again := *m
+	if errs := d.pub.Publish(ctx, []outbox.Message{again}); errs[0] != nil {
+		return errs[0]
+	}
+	after, err := stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if after.State.Msgs != before.State.Msgs {
+		return fmt.Errorf("JetStream stored the replayed message: %d messages, was %d", after.State.Msgs, before.State.Msgs)
+	}
+	// And a redelivery past any broker window reaches the consumer: its inbox
+	// skips the effect.
+	if err := d.apply(ctx, m.ID.String(), m.Key, m.Payload); err != nil {
+		return err
+	}
+	d.say("4. lost acknowledgement: event %s published twice; JetStream kept one copy (Nats-Msg-Id); delivered twice to the consumer, the inbox applied it once", m.ID)
+	return nil
+}
+
+func (d *demo) poison(ctx context.Context) error {
+	m := &outbox.Message{Topic: "payments.refunded", Key: "ada", Payload: []byte(`{"total_cents":-1}`)}
+	if err := d.writer.Transact(ctx, func(tx *sql.Tx) error { return d.writer.Write(ctx, tx, m) }); err != nil {
+		return err
+	}
+	if err := pollUntil(ctx, 10*time.Second, func() bool {
+		got, err := d.store.Get(ctx, m.ID)
+		return err == nil && got.Status == outbox.StatusDead
+	}); err != nil {
+		return errors.New("the poison message was not dead-lettered")
+	}
+	got, _ := d.store.Get(ctx, m.ID)
+	d.say("5. poison message %s (no stream for payments.refunded): dead-lettered after %d attempt, error kept:", m.ID, got.Attempts)
+	d.say("   %s", oneLine(got.LastError, 120))
+	d.say("   inspect and fix with: outbox dead list | show ID | retry ID | discard ID")
+	return nil
+}
+
+func (d *demo) summary(ctx context.Context) error {
+	st, err := d.store.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	var orders, cents, wantOrders, wantCents int
+	if err := d.store.DB().QueryRowContext(ctx, `SELECT COALESCE(sum(orders), 0), COALESCE(sum(total_cents), 0) FROM revenue`).Scan(&orders, &cents); err != nil {
+		return err
+	}
+	if err := d.store.DB().QueryRowContext(ctx, `SELECT count(*), COALESCE(sum(total_cents), 0) FROM orders`).Scan(&wantOrders, &wantCents); err != nil {
+		return err
+	}
+	if orders != wantOrders || cents != wantCents {
+		return fmt.Errorf("revenue counts %d orders (%d cents); the orders table has %d (%d cents)", orders, cents, wantOrders, wantCents)
+	}
+	d.say("done: %d orders committed, %d applied exactly once (%d cents); outbox: %d pending, %d dead", wantOrders, orders, cents, st.Pending, st.Dead)
+	return nil
+}
+
+func (d *demo) waitConsumed(ctx context.Context, n int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d.mu.Lock()
+		got := len(d.consumed)
+		d.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 30s the consumer has applied %d events, want %d", got, n)
+		}
+		select {
+		case <-d.applied:
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (d *demo) close() {
+	if d.stopRelay != nil {
+		d.stopRelay()
+		<-d.relayDone
+	}
+	if d.stopConsumer != nil {
+		d.stopConsumer()
+	}
+	if d.pub != nil {
+		_ = d.pub.Close()
+	}
+	if d.nats != nil {
+		d.nats.Shutdown()
+	}
+	if d.store != nil {
+		_ = d.store.Close()
+	}
+}
+
+func pollUntil(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return context.DeadlineExceeded
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
