@@ -26,7 +26,13 @@ func newRelayCommand(g *globalFlags) *cobra.Command {
 until SIGINT or SIGTERM; then it finishes the batches in flight (or releases them
 after --shutdown-timeout) and exits.
 
-Publishers (--publisher): stdout: (one JSON object per line), kafka://, amqp://,\nnats://, http(s):// (webhook). Secrets in the URL are never logged.`,
+Publishers (--publisher); secrets in URLs are never logged:
+  stdout:                          one JSON object per line
+  kafka://host:9092,host2:9092     ?topic=fixed to send every message to one topic
+  amqp://user:pass@host:5672/vhost ?exchange=x&routing_key=...
+  nats://host:4222                 ?stream=S&subject_prefix=p.
+  https://host/path                webhook; HMAC secret in $OUTBOX_WEBHOOK_SECRET;
+                                   outbox_timeout=5s, outbox_concurrency=N, outbox_sequential=true`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger, err := newLogger(g.logLevel, cmd.ErrOrStderr())
