@@ -23,6 +23,16 @@ import (
 // has its own page cache).
 const maxOpenConns = 8
 
+// ErrNoDatabaseFile is wrapped by the error of Open for a database file that
+// does not exist (in a directory that does), when Options.CreateIfMissing is
+// not set. errors.Is(ErrNoDatabaseFile, fs.ErrNotExist) holds too.
+var ErrNoDatabaseFile error = noDatabaseFile{}
+
+type noDatabaseFile struct{}
+
+func (noDatabaseFile) Error() string        { return "no such database file" }
+func (noDatabaseFile) Is(target error) bool { return target == fs.ErrNotExist }
+
 // sqliteHeader starts every SQLite database file.
 var sqliteHeader = []byte("SQLite format 3\x00")
 
@@ -121,7 +131,7 @@ func checkPath(path string, create bool) (abs string, existed bool, err error) {
 	dir := filepath.Dir(abs)
 	switch fi, err := os.Stat(dir); {
 	case errors.Is(err, fs.ErrNotExist):
-		return "", false, fmt.Errorf("outboxsqlite: open %s: the directory %s does not exist; create it (mkdir -p %s) or fix the path: %w", abs, dir, dir, err)
+		return "", false, fmt.Errorf("outboxsqlite: open %s: the directory %s does not exist; create it (mkdir -p %s) or fix the path", abs, dir, dir)
 	case err != nil:
 		return "", false, fmt.Errorf("outboxsqlite: open %s: %w", abs, err)
 	case !fi.IsDir():
@@ -133,7 +143,8 @@ func checkPath(path string, create bool) (abs string, existed bool, err error) {
 		if create {
 			return abs, false, nil
 		}
-		return "", false, fmt.Errorf("outboxsqlite: no such database file %s; run `outbox migrate up` first to create it (or open it with Options.CreateIfMissing and run Migrator.Up), or fix the path: %w", abs, err)
+		return "", false, fmt.Errorf("outboxsqlite: %w %s; run `outbox migrate up` first to create it (or open it with Options.CreateIfMissing and run Migrator.Up), or fix the path",
+			ErrNoDatabaseFile, abs)
 	case err != nil:
 		return "", false, fmt.Errorf("outboxsqlite: open %s: %w", abs, err)
 	case fi.IsDir():

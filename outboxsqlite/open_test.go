@@ -46,7 +46,7 @@ func TestOpenMissingFileFailsAndCreatesNothing(t *testing.T) {
 	t.Parallel()
 	path := dbPath(t)
 	_, err := outboxsqlite.Open(t.Context(), path, outboxsqlite.Options{})
-	if err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), path) ||
+	if err == nil || !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, outboxsqlite.ErrNoDatabaseFile) || !strings.Contains(err.Error(), path) ||
 		!strings.Contains(err.Error(), "no such database file") || !strings.Contains(err.Error(), "outbox migrate up") {
 		t.Fatalf("open of a missing file: %v; want fs.ErrNotExist naming %s and `outbox migrate up`", err, path)
 	}
@@ -67,7 +67,8 @@ func TestOpenMissingDirectoryNamesIt(t *testing.T) {
 	base := t.TempDir()
 	dir := filepath.Join(base, "no", "such", "dir")
 	_, err := outboxsqlite.Open(t.Context(), filepath.Join(dir, "outbox.db"), outboxsqlite.Options{CreateIfMissing: true})
-	if err == nil || !strings.Contains(err.Error(), "directory "+dir+" does not exist") || !strings.Contains(err.Error(), "mkdir -p") {
+	if err == nil || !strings.Contains(err.Error(), "directory "+dir+" does not exist") || !strings.Contains(err.Error(), "mkdir -p") ||
+		errors.Is(err, outboxsqlite.ErrNoDatabaseFile) {
 		t.Fatalf("open in a missing directory: %v; want an error naming %s and the fix", err, dir)
 	}
 	assertNoFiles(t, base)

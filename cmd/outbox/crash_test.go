@@ -38,17 +38,23 @@ var buildCLI = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
-// TestRelayProcessKilledMidRunLosesNothing writes messages from this process
-// while relay processes publish them to a file; relays are killed with SIGKILL
-// at random moments and restarted. In the end every committed message is in
-// the file, and the only duplicates are messages of batches in flight at a
-// kill, at most kills x workers x batch size of them.
-func TestRelayProcessKilledMidRunLosesNothing(t *testing.T) {
-	t.Parallel()
-	bin, err := buildCLI()
-	if err != nil {
-		t.Fatal(err)
-	}
+// processDB is a migrated outbox table for tests that run relay processes:
+// how the processes reach it, and how this process writes to it and reads
+// its counts.
+type processDB struct {
+	// url is the --database-url of the relay processes.
+	url string
+	// args are further global flags, e.g. --schema.
+	args []string
+	// write commits msgs in one transaction.
+	write func(ctx context.Context, msgs []*outbox.Message) error
+	// stats reads the table's counts.
+	stats func(ctx context.Context) (outbox.Stats, error)
+}
+
+// postgresDB returns a migrated table in a fresh schema of the test server.
+func postgresDB(t *testing.T) processDB {
+	t.Helper()
 	ctx := context.Background()
 	url := pgtest.URL(t)
 	schema := pgtest.Schema(t)
@@ -69,6 +75,55 @@ func TestRelayProcessKilledMidRunLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return processDB{
+		url:  url,
+		args: []string{"--schema", schema},
+		write: func(ctx context.Context, msgs []*outbox.Message) error {
+			return writer.Transact(ctx, func(tx pgx.Tx) error { return writer.Write(ctx, tx, msgs...) })
+		},
+		stats: store.Stats,
+	}
+}
+
+// startRelayProcess starts `outbox relay` on db, publishing to out, with the
+// given relay flags. The process is killed when the test ends, and its
+// stderr shown if the test failed.
+func startRelayProcess(t *testing.T, bin string, db processDB, out *os.File, flags ...string) *exec.Cmd {
+	t.Helper()
+	args := append([]string{"relay", "--database-url", db.url}, db.args...)
+	cmd := exec.Command(bin, append(args, flags...)...)
+	cmd.Stdout = out
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() && stderr.Len() > 0 {
+			t.Logf("relay %d stderr:\n%s", cmd.Process.Pid, stderr.String())
+		}
+	})
+	return cmd
+}
+
+// TestRelayProcessKilledMidRunLosesNothing writes messages from this process
+// while relay processes publish them to a file; relays are killed with SIGKILL
+// at random moments and restarted. In the end every committed message is in
+// the file, and the only duplicates are messages of batches in flight at a
+// kill, at most kills x workers x batch size of them.
+func TestRelayProcessKilledMidRunLosesNothing(t *testing.T) {
+	t.Parallel()
+	testRelayProcessKilledMidRunLosesNothing(t, postgresDB(t))
+}
+
+func testRelayProcessKilledMidRunLosesNothing(t *testing.T, db processDB) {
+	bin, err := buildCLI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
 
 	const (
 		total     = 12000
@@ -84,23 +139,9 @@ func TestRelayProcessKilledMidRunLosesNothing(t *testing.T) {
 	}
 	defer out.Close()
 	startRelay := func() *exec.Cmd {
-		cmd := exec.Command(bin, "relay", "--database-url", url, "--schema", schema,
+		return startRelayProcess(t, bin, db, out,
 			"--batch-size", strconv.Itoa(batchSize), "--workers", strconv.Itoa(workers),
 			"--lease", "2s", "--poll-interval", "50ms", "--log-level", "warn")
-		cmd.Stdout = out
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() && stderr.Len() > 0 {
-				t.Logf("relay stderr:\n%s", stderr.String())
-			}
-		})
-		return cmd
 	}
 
 	// Write in the background while relays run and die.
@@ -113,8 +154,7 @@ func TestRelayProcessKilledMidRunLosesNothing(t *testing.T) {
 			for j := range msgs {
 				msgs[j] = &outbox.Message{Topic: "crash", Key: strconv.Itoa(j % 7), Payload: fmt.Appendf(nil, `{"n":%d}`, i+j)}
 			}
-			err := writer.Transact(ctx, func(tx pgx.Tx) error { return writer.Write(ctx, tx, msgs...) })
-			if err != nil {
+			if err := db.write(ctx, msgs); err != nil {
 				writeErr <- err
 				return
 			}
@@ -149,7 +189,7 @@ func TestRelayProcessKilledMidRunLosesNothing(t *testing.T) {
 		t.Fatal("writer did not finish")
 	}
 	waitUntil(t, 2*time.Minute, "the table to drain", func() bool {
-		st, err := store.Stats(ctx)
+		st, err := db.stats(ctx)
 		return err == nil && st.Pending == 0
 	})
 	_ = relay.Process.Signal(syscall.SIGTERM)

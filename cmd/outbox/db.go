@@ -64,6 +64,8 @@ func (g *globalFlags) open(ctx context.Context, notify bool) (*backend, error) {
 	switch strings.ToLower(scheme) {
 	case "postgres", "postgresql":
 		return g.openPostgres(ctx, raw, notify)
+	case "sqlite", sqliteOpaque(raw): // sqlite:///abs/app.db, sqlite:relative/app.db
+		return g.openSQLite(ctx, raw)
 	default:
 		return nil, usagef("database URL scheme %q is not supported; use postgres://user:password@host:5432/db", scheme)
 	}

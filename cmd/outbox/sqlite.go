@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxsqlite"
+)
+
+// SQLite database URLs name a local file:
+//
+//	sqlite:///var/lib/app/app.db    absolute path (three slashes)
+//	sqlite:data/app.db              relative to the working directory
+//
+// Only `migrate up` creates a missing file. The other commands fail with an
+// error that says to run it; a relay started before the file exists logs
+// that error and starts working once `migrate up` has run.
+
+// sqliteOpaque returns what the scheme switch of open sees for a URL
+// without "//" such as sqlite:data/app.db (the whole URL, lower-cased), so
+// that its `case` matches it; for any other URL it returns "sqlite".
+func sqliteOpaque(raw string) string {
+	if len(raw) >= len("sqlite:") && strings.EqualFold(raw[:len("sqlite:")], "sqlite:") && !strings.Contains(raw, "://") {
+		return strings.ToLower(raw)
+	}
+	return "sqlite"
+}
+
+// sqlitePath returns the file a sqlite: URL names.
+func sqlitePath(raw string) (string, error) {
+	const forms = "use sqlite:///absolute/path/app.db (three slashes) or sqlite:relative/path/app.db"
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", usagef("database URL %q cannot be parsed (%v); %s", raw, err, forms)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return "", usagef("database URL %q: SQLite URLs take no parameters; %s", raw, forms)
+	}
+	path := u.Path
+	switch {
+	case u.Opaque != "":
+		if path, err = url.PathUnescape(u.Opaque); err != nil {
+			return "", usagef("database URL %q: %v; %s", raw, err, forms)
+		}
+	case u.Host != "":
+		return "", usagef("database URL %q names the host %q, but an SQLite database is a local file; %s", raw, u.Host, forms)
+	}
+	if path == "" {
+		return "", usagef("database URL %q names no file; %s", raw, forms)
+	}
+	return path, nil
+}
+
+func (g *globalFlags) openSQLite(ctx context.Context, raw string) (*backend, error) {
+	path, err := sqlitePath(raw)
+	if err != nil {
+		return nil, err
+	}
+	if g.schema != "" {
+		return nil, usagef("--schema %q: SQLite databases have no schemas; leave --schema out (--table names the table in the file)", g.schema)
+	}
+	db := &sqliteDB{path: path, opts: outboxsqlite.Options{Table: g.table}}
+	if _, err := outboxsqlite.NewMigrator(nil, db.opts); err != nil {
+		return nil, err // an invalid --table
+	}
+	// Open now, so that a damaged or unwritable file fails every command at
+	// once; only a missing file waits for `migrate up`.
+	if _, err := db.open(ctx, false); err != nil && !errors.Is(err, outboxsqlite.ErrNoDatabaseFile) {
+		return nil, err
+	}
+	return &backend{store: db, admin: db, migrator: db, send: db.send, close: db.close}, nil
+}
+
+// sqliteDB opens the database file when first needed: `migrate up` creates
+// it, every other command needs it to exist.
+type sqliteDB struct {
+	opts outboxsqlite.Options
+	path string
+
+	mu    sync.Mutex
+	store *outboxsqlite.Store
+}
+
+// The interfaces sqliteDB passes through from the store.
+var (
+	_ outbox.Store         = (*sqliteDB)(nil)
+	_ outbox.Admin         = (*sqliteDB)(nil)
+	_ outbox.WriteListener = (*sqliteDB)(nil)
+	_ migrator             = (*sqliteDB)(nil)
+)
+
+func (d *sqliteDB) open(ctx context.Context, create bool) (*outboxsqlite.Store, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.store != nil {
+		return d.store, nil
+	}
+	opts := d.opts
+	opts.CreateIfMissing = create
+	s, err := outboxsqlite.Open(ctx, d.path, opts)
+	if err != nil {
+		return nil, err
+	}
+	d.store = s
+	return s, nil
+}
+
+func (d *sqliteDB) get(ctx context.Context) (*outboxsqlite.Store, error) { return d.open(ctx, false) }
+
+func (d *sqliteDB) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.store != nil {
+		_ = d.store.Close()
+	}
+}
+
+func (d *sqliteDB) send(ctx context.Context, msgs ...*outbox.Message) error {
+	s, err := d.get(ctx)
+	if err != nil {
+		return err
+	}
+	w, err := outbox.NewWriter[*sql.Tx](s, outbox.WriterConfig{})
+	if err != nil {
+		return err
+	}
+	// Relays in other processes see the commit through their write watcher.
+	return w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
+}
+
+func (d *sqliteDB) Name() string {
+	s, _ := outboxsqlite.New(&sql.DB{}, d.opts) // names only; opts were validated
+	return s.Name()
+}
+
+func (d *sqliteDB) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Exchange(ctx, settle, claim)
+}
+
+func (d *sqliteDB) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error {
+	s, err := d.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Release(ctx, token, ids)
+}
+
+func (d *sqliteDB) NextDue(ctx context.Context) (time.Duration, bool, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	return s.NextDue(ctx)
+}
+
+func (d *sqliteDB) PurgePublished(ctx context.Context, before time.Time, limit int) (int, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.PurgePublished(ctx, before, limit)
+}
+
+// ListenForWrites waits for the file to exist (a relay may start before
+// `migrate up`), then watches it.
+func (d *sqliteDB) ListenForWrites(ctx context.Context, wake func()) error {
+	for {
+		s, err := d.get(ctx)
+		if err == nil {
+			return s.ListenForWrites(ctx, wake)
+		}
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (d *sqliteDB) Stats(ctx context.Context) (outbox.Stats, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return outbox.Stats{}, err
+	}
+	return s.Stats(ctx)
+}
+
+func (d *sqliteDB) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return outbox.Message{}, err
+	}
+	return s.Get(ctx, id)
+}
+
+func (d *sqliteDB) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]outbox.Message, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.ListDead(ctx, after, limit)
+}
+
+func (d *sqliteDB) RetryDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.RetryDead(ctx, ids...)
+}
+
+func (d *sqliteDB) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.DiscardDead(ctx, ids...)
+}
+
+// Up creates the database file if it is missing, then the table.
+func (d *sqliteDB) Up(ctx context.Context) ([]int, error) {
+	m, err := d.migrator(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return m.Up(ctx)
+}
+
+func (d *sqliteDB) Down(ctx context.Context, steps int) ([]int, error) {
+	m, err := d.migrator(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	return m.Down(ctx, steps)
+}
+
+func (d *sqliteDB) List(ctx context.Context) ([]migrationStatus, error) {
+	m, err := d.migrator(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	all, err := m.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]migrationStatus, len(all))
+	for i, s := range all {
+		out[i] = migrationStatus{Version: s.Version, Name: s.Name, Applied: s.Applied, AppliedAt: s.AppliedAt}
+	}
+	return out, nil
+}
+
+func (d *sqliteDB) migrator(ctx context.Context, create bool) (*outboxsqlite.Migrator, error) {
+	s, err := d.open(ctx, create)
+	if err != nil {
+		return nil, err
+	}
+	return outboxsqlite.NewMigrator(s.DB(), d.opts)
+}
