@@ -1,14 +1,14 @@
-// Package bench holds the benchmarks against a real PostgreSQL (set
-// TEST_DATABASE_URL, or run them through scripts/bench). They report
-// messages or commits per second as custom metrics; compare runs with
-// benchstat, never single numbers: these machines are shared and noisy.
 package bench
+
+// The Go benchmarks against a real PostgreSQL (set TEST_DATABASE_URL). They
+// report messages or commits per second as custom metrics; compare runs with
+// benchstat, never single numbers: these machines are shared and noisy. The
+// full set of measurements, with references and the doc, is `outbox bench`
+// (scripts/bench).
 
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -182,8 +182,4 @@ func BenchmarkWriterCommits(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "commits/s")
 		})
 	}
-}
-
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

@@ -82,6 +82,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newDeadCommand(g),
 		newSendCommand(g),
 		newDemoCommand(),
+		newBenchCommand(g),
 	)
 	return root
 }

@@ -1,0 +1,94 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-outbox/outbox"
+)
+
+// PublisherFactory opens a destination for one drain run: a fresh stream,
+// queue or topic, so runs do not see each other's messages. close releases
+// it (and stops an embedded server the factory started).
+type PublisherFactory func(ctx context.Context) (pub outbox.Publisher, close func(), err error)
+
+var publisherFactories = struct {
+	sync.Mutex
+	byName map[string]PublisherFactory
+}{byName: map[string]PublisherFactory{
+	// noop confirms every message at once: the relay's own ceiling.
+	"noop": func(context.Context) (outbox.Publisher, func(), error) {
+		return outbox.PublisherFunc(func(_ context.Context, msgs []outbox.Message) []error {
+			return make([]error, len(msgs))
+		}), func() {}, nil
+	},
+}}
+
+// RegisterPublisher makes a destination available to the relay drain by
+// name (`outbox bench --publishers name`). Broker packages register theirs
+// from files of this package (publisher_<broker>.go), so the measurements
+// themselves never change when a broker is added.
+func RegisterPublisher(name string, f PublisherFactory) {
+	publisherFactories.Lock()
+	defer publisherFactories.Unlock()
+	publisherFactories.byName[name] = f
+}
+
+// Publishers returns the registered destination names, sorted.
+func Publishers() []string {
+	publisherFactories.Lock()
+	defer publisherFactories.Unlock()
+	names := make([]string, 0, len(publisherFactories.byName))
+	for n := range publisherFactories.byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func publisherFactory(name string) (PublisherFactory, error) {
+	publisherFactories.Lock()
+	defer publisherFactories.Unlock()
+	f, ok := publisherFactories.byName[name]
+	if !ok {
+		names := make([]string, 0, len(publisherFactories.byName))
+		for n := range publisherFactories.byName {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return nil, fmt.Errorf("unknown publisher %q; registered: %v", name, names)
+	}
+	return f, nil
+}
+
+// counting wraps a publisher and closes done once target messages were
+// confirmed, so a drain ends without polling the table.
+type counting struct {
+	pub    outbox.Publisher
+	n      atomic.Int64
+	target int64
+	done   chan struct{}
+	once   sync.Once
+}
+
+func newCounting(pub outbox.Publisher, target int) *counting {
+	return &counting{pub: pub, target: int64(target), done: make(chan struct{})}
+}
+
+func (c *counting) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	errs := c.pub.Publish(ctx, msgs)
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	if c.n.Add(int64(ok)) >= c.target {
+		c.once.Do(func() { close(c.done) })
+	}
+	return errs
+}
