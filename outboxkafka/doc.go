@@ -31,9 +31,10 @@
 //   - any other error is retryable: an unreachable broker, a leader
 //     election, a timeout, a closed publisher, the context ending first.
 //
-// A record refused as too large in a batch with other records is sent once
-// more on its own before it is called permanent: the broker refuses whole
-// batches, so a neighbour of a too-large record is not condemned with it.
+// A record refused as too large or invalid in a batch with other records is
+// sent once more on its own before it is called permanent: the broker
+// refuses whole record batches, so the neighbours of a bad record are not
+// condemned with it.
 //
 // When Publish returns because its context ended, records already sent may
 // still be written: the relay then publishes those messages again, and

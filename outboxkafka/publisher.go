@@ -206,19 +206,20 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 	}
 	p.produce(ctx, records, errs)
 
-	// The broker refuses a whole batch when it is over the topic's
-	// max.message.bytes: send each refused record alone to learn whether
-	// it, or only the batch, was too large.
+	// The broker judges a record batch as a whole: one record over the
+	// topic's max.message.bytes, or one it cannot accept (a record without
+	// a key on a compacted topic), fails every record batched with it. Send
+	// each record so refused alone, to learn which one is at fault.
 	if sent > 1 {
 		for i, err := range errs {
-			if records[i] != nil && tooLarge(err) && ctx.Err() == nil {
+			if records[i] != nil && refusesBatch(err) && ctx.Err() == nil {
 				records[i] = record(topics[i], &batch[i])
 				p.produce(ctx, records[i:i+1], errs[i:i+1])
 			}
 		}
 	}
 	for i, err := range errs {
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrClosed) {
 			errs[i] = classify(fmt.Errorf("outboxkafka: produce to topic %q: %w", topics[i], err))
 		}
 	}
@@ -359,16 +360,18 @@ func classify(err error) error {
 		errors.Is(err, kgo.ErrClientClosed), errors.Is(err, kgo.ErrMaxBuffered),
 		errors.Is(err, ErrClosed):
 		return err
-	case tooLarge(err),
+	case refusesBatch(err),
 		errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID),
-		errors.Is(err, kerr.InvalidTopicException), errors.Is(err, kerr.InvalidRecord):
+		errors.Is(err, kerr.InvalidTopicException):
 		return outbox.Permanent(err)
 	}
 	return err
 }
 
-func tooLarge(err error) bool {
-	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
+// refusesBatch reports whether err is a broker's permanent verdict on a
+// record batch, which may hold records that are not at fault.
+func refusesBatch(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) || errors.Is(err, kerr.InvalidRecord)
 }
 
 // ValidateTopic reports whether Kafka accepts name as a topic: 1 to

@@ -10,15 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/kafkatest"
-	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxkafka"
-	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/publishertest"
 )
 
@@ -27,67 +24,6 @@ import (
 // max.message.bytes: the client refuses it before sending, the same way
 // against kfake and against a real cluster.
 var oversized = bytes.Repeat([]byte{'x'}, 1<<20+1)
-
-func TestPublisherConformance(t *testing.T) {
-	t.Parallel()
-	publishertest.Run(t, harness)
-}
-
-func TestEndToEndThroughPostgres(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Pool(t)
-	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
-	m, err := outboxpg.NewMigrator(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	store, err := outboxpg.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	publishertest.EndToEnd(t, harness(t), store, func(ctx context.Context, msgs ...*outbox.Message) error {
-		return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
-	})
-}
-
-// harness publishes with a Dial publisher to a fresh one-partition topic
-// named like the message topic.
-func harness(t *testing.T) publishertest.Harness {
-	c := kafkatest.Start(t)
-	topic := c.Topic(t, 1, nil)
-	p := dial(t, c, outboxkafka.Config{})
-	consumer := c.Consume(t, topic)
-	return publishertest.Harness{
-		Publisher: p,
-		Topic:     topic,
-		Receive: func(ctx context.Context, n int) ([]publishertest.Received, error) {
-			records, err := consumer.Next(ctx, n)
-			if err != nil {
-				return nil, err
-			}
-			out := make([]publishertest.Received, len(records))
-			for i, r := range records {
-				out[i] = received(r)
-			}
-			return out, nil
-		},
-		Unreachable: func(t *testing.T) outbox.Publisher {
-			return dial(t, nil, outboxkafka.Config{}, kgo.SeedBrokers(kafkatest.ClosedAddr(t)))
-		},
-		Invalid: func() outbox.Message {
-			m := publishertest.Messages(topic, 1)[0]
-			m.Payload = oversized
-			return m
-		},
-	}
-}
 
 // dial returns a publisher on c (or on the seeds in opts when c is nil),
 // closed when the test ends.
@@ -107,6 +43,35 @@ func dial(t *testing.T, c *kafkatest.Cluster, cfg outboxkafka.Config, opts ...kg
 		}
 	})
 	return p
+}
+
+// receiver reads records from consumer as publishertest.Received.
+func receiver(consumer *kafkatest.Consumer) func(ctx context.Context, n int) ([]publishertest.Received, error) {
+	return func(ctx context.Context, n int) ([]publishertest.Received, error) {
+		records, err := consumer.Next(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]publishertest.Received, len(records))
+		for i, r := range records {
+			out[i] = received(r)
+		}
+		return out, nil
+	}
+}
+
+// requireExactly checks that topic holds want, each once, and nothing else.
+func requireExactly(t *testing.T, c *kafkatest.Cluster, topic string, want []outbox.Message) {
+	t.Helper()
+	consumer := c.Consume(t, topic)
+	if len(want) > 0 {
+		publishertest.RequireReceived(t, publishertest.Harness{Receive: receiver(consumer)}, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if extra, err := consumer.Next(ctx, 1); err == nil {
+		t.Errorf("topic %s holds a record beyond the %d published: %s", topic, len(want), headerValue(extra[0], outboxkafka.HeaderID))
+	}
 }
 
 func received(r *kgo.Record) publishertest.Received {

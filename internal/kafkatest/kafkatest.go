@@ -76,9 +76,10 @@ func Start(t testing.TB) *Cluster {
 // Seeds returns the addresses of the cluster's seed brokers.
 func (c *Cluster) Seeds() []string { return append([]string(nil), c.seeds...) }
 
-// IsFake reports whether the cluster is an in-process kfake cluster rather
-// than the real one of TEST_KAFKA_SEEDS.
-func (c *Cluster) IsFake() bool { return c.fake != nil }
+// Fake returns the in-process kfake cluster, for tests that inject faults,
+// or nil when the cluster is the real one of TEST_KAFKA_SEEDS (such tests
+// skip then).
+func (c *Cluster) Fake() *kfake.Cluster { return c.fake }
 
 // Topic creates a topic with a fresh name, the given number of partitions and
 // topic configs (such as "max.message.bytes"), waits until every partition

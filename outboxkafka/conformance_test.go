@@ -1,0 +1,69 @@
+package outboxkafka_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/kafkatest"
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxkafka"
+	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/publishertest"
+)
+
+// This file sorts first so that the suite's slowest case (an unreachable
+// broker, bounded by a 5s context) starts early among the parallel tests.
+
+func TestPublisherConformance(t *testing.T) {
+	t.Parallel()
+	publishertest.Run(t, harness)
+}
+
+func TestEndToEndThroughPostgres(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
+	m, err := outboxpg.NewMigrator(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	store, err := outboxpg.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishertest.EndToEnd(t, harness(t), store, func(ctx context.Context, msgs ...*outbox.Message) error {
+		return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+	})
+}
+
+// harness publishes with a Dial publisher to a fresh one-partition topic
+// named like the message topic.
+func harness(t *testing.T) publishertest.Harness {
+	c := kafkatest.Start(t)
+	topic := c.Topic(t, 1, nil)
+	p := dial(t, c, outboxkafka.Config{})
+	return publishertest.Harness{
+		Publisher: p,
+		Topic:     topic,
+		Receive:   receiver(c.Consume(t, topic)),
+		Unreachable: func(t *testing.T) outbox.Publisher {
+			return dial(t, nil, outboxkafka.Config{}, kgo.SeedBrokers(kafkatest.ClosedAddr(t)))
+		},
+		Invalid: func() outbox.Message {
+			m := publishertest.Messages(topic, 1)[0]
+			m.Payload = oversized
+			return m
+		},
+	}
+}

@@ -1,0 +1,99 @@
+package outboxkafka_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/kafkatest"
+	"github.com/go-outbox/outbox/outboxkafka"
+	"github.com/go-outbox/outbox/publishertest"
+)
+
+// TestBrokerErrorsMapToOutcomes makes a kfake broker answer produce requests
+// with errors and checks each message's outcome, and that the records
+// reported published are in the topic exactly once.
+func TestBrokerErrorsMapToOutcomes(t *testing.T) {
+	t.Parallel()
+	const (
+		ok        = "published"
+		retryable = "retryable"
+		permanent = "permanent"
+	)
+	for _, tc := range []struct {
+		name  string
+		err   *kerr.Error
+		count int // produce requests to fail; -1 means all
+		want  string
+		// wait bounds the Publish call; 0 means 10s.
+		wait time.Duration
+	}{
+		// The client retries these by itself.
+		{"NotLeaderOnceIsRetriedByTheClient", kerr.NotLeaderForPartition, 1, ok, 0},
+		// The broker wrote the records but answered with a timeout: the
+		// idempotent producer's retry must not write them twice.
+		{"TimeoutAfterTheWriteIsRetriedWithoutDuplicates", kerr.RequestTimedOut, 1, ok, 0},
+		// A whole batch is refused once: each record, sent alone, passes.
+		{"BatchRefusedAsInvalidOnceSparesItsRecords", kerr.InvalidRecord, 1, ok, 0},
+		{"BatchRefusedAsTooLargeOnceSparesItsRecords", kerr.MessageTooLarge, 1, ok, 0},
+		// Refused every time, alone too: no retry can help.
+		{"InvalidRecordIsPermanent", kerr.InvalidRecord, -1, permanent, 0},
+		{"RecordListTooLargeIsPermanent", kerr.RecordListTooLarge, -1, permanent, 0},
+		{"UnknownTopicOnProduceIsPermanent", kerr.UnknownTopicOrPartition, -1, permanent, 0},
+		// An operator can fix these; the relay's attempts and backoff
+		// bound them.
+		{"AuthorizationFailureIsRetryable", kerr.TopicAuthorizationFailed, -1, retryable, 0},
+		{"NotLeaderUntilTheDeadlineIsRetryable", kerr.NotLeaderForPartition, -1, retryable, time.Second},
+		{"UnknownServerErrorIsRetryable", kerr.UnknownServerError, -1, retryable, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := kafkatest.Start(t)
+			if c.Fake() == nil {
+				t.Skip("faults are injected into kfake only")
+			}
+			topic := c.Topic(t, 1, nil)
+			c.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: tc.err, Count: tc.count})
+			// Frequent metadata refreshes keep the client's own retries
+			// short.
+			p := dial(t, c, outboxkafka.Config{}, kgo.MetadataMinAge(50*time.Millisecond))
+			batch := publishertest.Messages(topic, 10)
+			if tc.wait == 0 {
+				tc.wait = 10 * time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), tc.wait)
+			defer cancel()
+			errs := p.Publish(ctx, batch)
+			if len(errs) != len(batch) {
+				t.Fatalf("got %d results for %d messages", len(errs), len(batch))
+			}
+			var published []outbox.Message
+			for i, err := range errs {
+				got := ok
+				switch {
+				case outbox.IsPermanent(err):
+					got = permanent
+				case err != nil:
+					got = retryable
+				}
+				if got != tc.want {
+					t.Errorf("message %s after %s: %s (%v), want %s", batch[i].ID, tc.err.Message, got, err, tc.want)
+				}
+				if tc.want != ok && !errors.Is(err, tc.err) && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("message %s: %v does not wrap %s", batch[i].ID, err, tc.err.Message)
+				}
+				if err == nil {
+					published = append(published, batch[i])
+				}
+			}
+			requireExactly(t, c, topic, published)
+		})
+	}
+}
