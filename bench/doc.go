@@ -99,11 +99,17 @@ func (r *Report) Doc(chartDir string) string {
 	md = strings.ReplaceAll(md, "](benchmarks/", "]("+chartDir+"/")
 	b.WriteString(md)
 
-	if !slices.ContainsFunc(r.Drain, func(t Throughput) bool { return t.Publisher != "noop" }) {
-		p("## Real brokers\n\n")
-		p("Pending. The drain takes its destination from a publisher factory registered by name (`bench.RegisterPublisher`, `outbox bench --publishers name`); " +
-			"a broker joins by adding `bench/publisher_<broker>.go` that registers a factory opening a fresh stream or queue per run. " +
-			"No broker publisher was registered when this run was made (NATS JetStream embedded and RabbitMQ are in progress in `outboxnats` and `outboxamqp`).\n\n")
+	var pending []string
+	for _, br := range brokers {
+		if !slices.ContainsFunc(r.Drain, func(t Throughput) bool { return t.Publisher == br.name }) {
+			pending = append(pending, br.label)
+		}
+	}
+	if len(pending) > 0 && (len(r.Drain) > 0 || len(r.Options.Only) == 0) {
+		p("## Brokers not measured yet\n\n")
+		p("Pending: %s. The drain takes its destination from a publisher factory registered by name (`bench.RegisterPublisher`, `outbox bench --publishers name`); "+
+			"a broker joins by adding `bench/publisher_<name>.go` that registers a factory opening a fresh stream or queue per run (see `bench/publisher_nats.go`), "+
+			"and its drains then run in the `brokers` step with no other change.\n\n", strings.Join(pending, ", "))
 	}
 
 	p("## Analysis\n\n%s\n", notesStart)
@@ -114,6 +120,12 @@ func (r *Report) Doc(chartDir string) string {
 	}
 	p("%s\n", notesEnd)
 	return b.String()
+}
+
+// brokers are the destinations the doc expects, by publisher name.
+var brokers = []struct{ name, label string }{
+	{"nats", "NATS JetStream (embedded server)"},
+	{"amqp", "RabbitMQ (outboxamqp, with publisher confirms)"},
 }
 
 func load1Of(loadavg string) float64 {

@@ -352,15 +352,15 @@ func (r *Report) throughputChart() string {
 	}
 	for i, b := range batches {
 		if t := r.ceiling(b); t.Median() > 0 {
-			c.Refs = append(c.Refs, refLine{Label: "raw DELETE ceiling " + thousands(t.Median()), Value: t.Median(), Group: i, Color: "#c00"})
+			c.Refs = append(c.Refs, refLine{Label: "raw DELETE ceiling (same batch)", Value: t.Median(), Group: i, Color: "#c00", Dash: "6 4"})
 		}
 	}
 	for _, t := range r.Watermill {
-		label := "watermill defaults "
+		ref := refLine{Label: "watermill forwarder, defaults: " + thousands(t.Median()), Value: t.Median(), Group: -1, Color: "#333", Dash: "2 3"}
 		if t.Batch != 0 {
-			label = "watermill batch 1000 "
+			ref.Label, ref.Color, ref.Dash = "watermill, batch 1000: "+thousands(t.Median()), "#999", "8 3"
 		}
-		c.Refs = append(c.Refs, refLine{Label: label + thousands(t.Median()), Value: t.Median(), Group: -1, Color: "#555"})
+		c.Refs = append(c.Refs, ref)
 	}
 	return c.svg()
 }
@@ -371,12 +371,12 @@ func (r *Report) latencyChart() string {
 	c.Series = []string{"p50", "p95", "p99", "max"}
 	c.Values = make([][]float64, 4)
 	for _, l := range r.Latency {
-		c.Groups = append(c.Groups, fmt.Sprintf("%s %s/s", l.Mode, thousands(float64(l.Rate))))
+		c.Groups = append(c.Groups, fmt.Sprintf("%s\n%s msg/s", l.Mode, thousands(float64(l.Rate))))
 		for i, d := range []time.Duration{l.P50, l.P95, l.P99, l.Max} {
 			c.Values[i] = append(c.Values[i], max(float64(d)/float64(time.Millisecond), 0.01))
 		}
 	}
-	c.Refs = []refLine{{Label: "target p99 < 5 ms at 1,000/s", Value: 5, Group: -1, Color: "#c00"}}
+	c.Refs = []refLine{{Label: "target: p99 < 5 ms at 1,000 msg/s", Value: 5, Group: -1, Color: "#c00", Dash: "6 4"}}
 	return c.svg()
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -31,11 +32,14 @@ type barChart struct {
 }
 
 // refLine is a horizontal reference: across one group, or all (Group -1).
+// Lines with the same Label share one legend entry, so a per-group
+// reference (the ceiling at each batch size) is explained once.
 type refLine struct {
 	Label string
 	Value float64
 	Group int
 	Color string
+	Dash  string // stroke-dasharray
 }
 
 func (c barChart) svg() string {
@@ -61,7 +65,9 @@ func (c barChart) svg() string {
 	barW := groupW * 0.8 / float64(max(len(c.Series), 1))
 	for g, name := range c.Groups {
 		x0 := float64(marginL) + float64(g)*groupW
-		text(&b, x0+groupW/2, chartH-mB+18, "middle", 12, "#333", name)
+		for i, line := range strings.Split(name, "\n") {
+			text(&b, x0+groupW/2, chartH-mB+18+float64(i)*14, "middle", 12, "#333", line)
+		}
 		for s := range c.Series {
 			v := c.Values[s][g]
 			if math.IsNaN(v) {
@@ -73,6 +79,10 @@ func (c barChart) svg() string {
 				x, top, barW*0.92, float64(chartH-mB)-top, palette[s%len(palette)], html.EscapeString(c.Series[s]), html.EscapeString(name), html.EscapeString(c.Format(v)))
 		}
 	}
+	var keys []legendKey
+	for _, s := range c.Series {
+		keys = append(keys, legendKey{name: s})
+	}
 	for _, r := range c.Refs {
 		x1, x2 := float64(marginL), float64(chartW-marginR)
 		if r.Group >= 0 {
@@ -80,11 +90,13 @@ func (c barChart) svg() string {
 			x2 = x1 + groupW*0.92
 		}
 		yy := y.px(r.Value)
-		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="6 4"/>`+"\n", x1, yy, x2, yy, r.Color)
-		anchor, tx := "end", x2-2
-		text(&b, tx, yy-4, anchor, 11, r.Color, r.Label)
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="%s"><title>%s: %s</title></line>`+"\n",
+			x1, yy, x2, yy, r.Color, r.Dash, html.EscapeString(r.Label), html.EscapeString(c.Format(r.Value)))
+		if !slices.ContainsFunc(keys, func(k legendKey) bool { return k.name == r.Label }) {
+			keys = append(keys, legendKey{name: r.Label, color: r.Color, dash: r.Dash})
+		}
 	}
-	legend(&b, c.Series, nil)
+	legend(&b, keys)
 	b.WriteString("</svg>\n")
 	return b.String()
 }
@@ -122,7 +134,7 @@ func (c lineChart) svg() string {
 		text(&b, xpx(t), chartH-mB+18, "middle", 11, "#333", trimFloat(t))
 	}
 	text(&b, float64(marginL)+plotW/2, chartH-mB+36, "middle", 12, "#333", c.XLabel)
-	var dashes []bool
+	var keys []legendKey
 	for i, s := range c.Series {
 		pts := make([]string, len(s.X))
 		for j := range s.X {
@@ -133,13 +145,13 @@ func (c lineChart) svg() string {
 			dash = ` stroke-dasharray="6 4"`
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", palette[i%len(palette)], dash, strings.Join(pts, " "))
-		dashes = append(dashes, s.Dash)
+		k := legendKey{name: s.Name, color: palette[i%len(palette)]}
+		if s.Dash {
+			k.dash = "6 4"
+		}
+		keys = append(keys, k)
 	}
-	names := make([]string, len(c.Series))
-	for i, s := range c.Series {
-		names[i] = s.Name
-	}
-	legend(&b, names, dashes)
+	legend(&b, keys)
 	b.WriteString("</svg>\n")
 	return b.String()
 }
@@ -213,20 +225,28 @@ func axes(b *strings.Builder, y scale, label string, format func(float64) string
 		(marginT+chartH-mB)/2, (marginT+chartH-mB)/2, html.EscapeString(label))
 }
 
-func legend(b *strings.Builder, names []string, dashed []bool) {
-	x, yy := float64(marginL), float64(chartH-30)
-	for i, n := range names {
-		color := palette[i%len(palette)]
-		if dashed != nil && dashed[i] {
-			fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="4 3"/>`+"\n", x, yy-4, x+12, yy-4, color)
+// legendKey is one legend entry: a filled square, or a line when dash is
+// set (or the color is given for a line chart's series).
+type legendKey struct {
+	name  string
+	color string // default: the palette color of the entry's index
+	dash  string
+}
+
+func legend(b *strings.Builder, keys []legendKey) {
+	x, yy := float64(marginL), float64(chartH-mB+52)
+	for i, k := range keys {
+		w := 32 + float64(len(k.name))*6.2
+		if x+w > chartW-marginR && x > marginL {
+			x, yy = float64(marginL), yy+18
+		}
+		if k.color == "" {
+			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="12" height="12" fill="%s"/>`+"\n", x, yy-10, palette[i%len(palette)])
 		} else {
-			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="12" height="12" fill="%s"/>`+"\n", x, yy-10, color)
+			fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2" stroke-dasharray="%s"/>`+"\n", x, yy-4, x+16, yy-4, k.color, k.dash)
 		}
-		text(b, x+16, yy, "start", 12, "#333", n)
-		x += 24 + float64(len(n))*6.5
-		if x > chartW-150 && i < len(names)-1 {
-			x, yy = float64(marginL), yy+16
-		}
+		text(b, x+20, yy, "start", 12, "#333", k.name)
+		x += w
 	}
 }
 
