@@ -165,7 +165,7 @@ func (m *Migrator) Down(ctx context.Context, steps int) ([]int, error) {
 		return nil, err
 	}
 	var current int
-	err := immediateTx(ctx, m.db, func(ctx context.Context, c *sql.Conn) (err error) {
+	err := immediateTx(ctx, m.db, m.set.busyTimeout, func(ctx context.Context, c *sql.Conn) (err error) {
 		current, err = m.prepare(ctx, c)
 		return err
 	})
@@ -285,7 +285,7 @@ func (m *Migrator) needDB(doing string) error {
 // transaction, and reports which version it changed and whether it changed
 // any.
 func (m *Migrator) step(ctx context.Context, target int) (version int, changed bool, err error) {
-	err = immediateTx(ctx, m.db, func(ctx context.Context, c *sql.Conn) error {
+	err = immediateTx(ctx, m.db, m.set.busyTimeout, func(ctx context.Context, c *sql.Conn) error {
 		current, err := m.prepare(ctx, c)
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"modernc.org/sqlite"
 )
@@ -101,7 +102,7 @@ func openWith(ctx context.Context, path string, opts Options, wrap func(driver.C
 	db := sql.OpenDB(connector)
 	db.SetMaxOpenConns(maxOpenConns)
 	db.SetMaxIdleConns(maxOpenConns)
-	if err := setUp(ctx, db, abs); err != nil {
+	if err := setUp(ctx, db, abs, set.busyTimeout); err != nil {
 		_ = db.Close()
 		if !existed {
 			// Leave nothing behind that was not there before.
@@ -173,7 +174,7 @@ func checkPath(path string, create bool) (abs string, existed bool, err error) {
 
 // setUp checks that SQLite can read the file and write to it, and switches it
 // to WAL mode.
-func setUp(ctx context.Context, db *sql.DB, path string) error {
+func setUp(ctx context.Context, db *sql.DB, path string, busyTimeout time.Duration) error {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("outboxsqlite: open %s: %w", path, explain(err, path))
@@ -198,9 +199,25 @@ func setUp(ctx context.Context, db *sql.DB, path string) error {
 	if err != nil {
 		return err
 	}
+	// Switching to WAL needs the file to itself for a moment, and SQLite
+	// answers "database is locked" at once, without its busy_timeout, when
+	// another connection reads it: processes that open a new file together
+	// try again. Once in WAL mode (stored in the file), the pragma only reads.
 	var mode string
-	if err := c.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
-		return fmt.Errorf("outboxsqlite: switch %s to WAL mode: %w", path, explain(err, path))
+	deadline := time.Now().Add(busyTimeout)
+	for {
+		err := c.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+		if err == nil {
+			break
+		}
+		if !isBusy(err) || !time.Now().Before(deadline) {
+			return fmt.Errorf("outboxsqlite: switch %s to WAL mode: %w", path, explain(err, path))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("outboxsqlite: switch %s to WAL mode: %w", path, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
 	}
 	if !strings.EqualFold(mode, "wal") {
 		return fmt.Errorf("outboxsqlite: %s stayed in journal mode %q instead of WAL; WAL needs shared memory, which network file systems lack: keep the database on a local disk", path, mode)

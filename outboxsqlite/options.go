@@ -48,9 +48,10 @@ type Options struct {
 	// reserves those names). Default TableDefault ("outbox").
 	Table string
 	// WatchInterval is how often ListenForWrites checks whether any
-	// connection committed to the database file (PRAGMA data_version, a
-	// look at the file's shared memory that costs about 10 µs). A relay in
-	// another process wakes within about this long of a commit. Default
+	// connection committed to the database file (PRAGMA data_version, a look
+	// at the file's shared memory). A relay in another process wakes within
+	// about this long of a commit. An idle relay's watcher costs about 1.7 %
+	// of one core at 10 ms, 1.4 % at 20 ms (see ListenForWrites). Default
 	// WatchIntervalDefault (10 ms); 1 ms to 10 s.
 	WatchInterval time.Duration
 }

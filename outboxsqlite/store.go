@@ -98,7 +98,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, c *sql
 		return err
 	}
 	defer s.gate.leave()
-	return immediateTx(ctx, s.db, func(ctx context.Context, c *sql.Conn) error {
+	return immediateTx(ctx, s.db, s.set.busyTimeout, func(ctx context.Context, c *sql.Conn) error {
 		return fn(ctx, c, time.Now().UnixMicro())
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -14,19 +15,22 @@ import (
 )
 
 // immediateTx runs fn in a write transaction on a connection of its own:
-// BEGIN IMMEDIATE takes SQLite's write lock first (waiting up to the
-// connection's busy_timeout), so the transaction never has to upgrade a read
-// snapshot to a write, which SQLite refuses without waiting
-// (SQLITE_BUSY_SNAPSHOT) when another connection committed in between. It
-// does not depend on how the caller's *sql.DB begins transactions
-// (_txlock), since it sends BEGIN IMMEDIATE itself.
-func immediateTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, c *sql.Conn) error) (err error) {
+// BEGIN IMMEDIATE takes SQLite's write lock first (see takeWriteLock), so the
+// transaction never has to upgrade a read snapshot to a write, which SQLite
+// refuses without waiting (SQLITE_BUSY_SNAPSHOT) when another connection
+// committed in between. It does not depend on how the caller's *sql.DB
+// begins transactions (_txlock), since it sends BEGIN IMMEDIATE itself.
+func immediateTx(ctx context.Context, db *sql.DB, busyTimeout time.Duration, fn func(ctx context.Context, c *sql.Conn) error) (err error) {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+	err = takeWriteLock(ctx, c, busyTimeout, func() error {
+		_, err := c.ExecContext(ctx, "BEGIN IMMEDIATE")
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	defer func() {
@@ -46,6 +50,70 @@ func immediateTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, c
 		return err
 	}
 	return nil
+}
+
+// Bounds of the pause between two attempts to take the write lock.
+const (
+	lockRetryMin = 50 * time.Microsecond
+	lockRetryMax = 2 * time.Millisecond
+)
+
+// takeWriteLock runs begin, which starts a transaction on c that takes the
+// write lock at once (BEGIN IMMEDIATE), until it gets the lock or busyTimeout
+// has passed, and leaves c's busy_timeout at busyTimeout.
+//
+// It waits for the lock itself instead of leaving that to SQLite's
+// busy_timeout, which sleeps 1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50 and
+// then 100 ms between tries: a writer of one process then misses the moments
+// the lock is free while another process commits again and again. Measured
+// with a writer committing every millisecond while two relay processes
+// shared the file, its commits took 2 ms at the median and 22 ms at the
+// 99th percentile instead of 0.9 and 6 ms alone. Here tries come 50 µs
+// apart at first, doubling up to 2 ms (with jitter), so a writer waits about
+// as long as the lock is held. busy_timeout is off (0) while it tries, and
+// set back before begin's transaction does anything else, for the
+// statements that follow on c (the application's, in RunInTx).
+func takeWriteLock(ctx context.Context, c *sql.Conn, busyTimeout time.Duration, begin func() error) error {
+	restore := fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout.Milliseconds())
+	if _, err := c.ExecContext(ctx, "PRAGMA busy_timeout = 0"); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(busyTimeout)
+	wait := lockRetryMin
+	var err error
+	for {
+		if err = begin(); err == nil || !isBusy(err) || !time.Now().Before(deadline) {
+			break
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			err = ctx.Err()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wait = min(wait*2, lockRetryMax)
+	}
+	if _, rerr := c.ExecContext(context.WithoutCancel(ctx), restore); rerr != nil {
+		// Never hand a connection without its busy_timeout back to the pool.
+		_ = c.Raw(func(any) error { return driver.ErrBadConn })
+		if err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// isBusy reports whether err is SQLite's "database is locked" (SQLITE_BUSY).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()&0xff == sqlite3.SQLITE_BUSY
+	}
+	return strings.Contains(err.Error(), "database is locked")
 }
 
 // rollback ends c's transaction. If that fails, c may still be inside the

@@ -102,18 +102,33 @@ func (s *Store) insertArgs(m *outbox.Message, i, n int, now int64) ([]any, error
 
 // RunInTx begins a transaction on the Store's *sql.DB, runs fn in it, and
 // commits if fn returns nil. It rolls back if fn returns an error (which it
-// returns as is) or panics (and then panics again). The transaction waits
-// behind the Store's other writes, like the Store's own transactions, and is
-// a write transaction from its first statement if the *sql.DB begins
-// transactions with BEGIN IMMEDIATE (Open's does). Do not call the Store's
-// other methods that write from inside fn: they wait for fn's transaction.
+// returns as is) or panics (and then panics again).
+//
+// The transaction waits behind the Store's other writes of this process and
+// takes the write lock the way the Store's own transactions do (see
+// Options.BusyTimeout): if the *sql.DB begins transactions with BEGIN
+// IMMEDIATE (Open's does), it holds the lock from its first statement. Do
+// not call the Store's methods that write from inside fn: they wait for fn's
+// transaction.
 func (s *Store) RunInTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
 	if err := s.gate.enter(ctx, s.set.busyTimeout); err != nil {
 		return fmt.Errorf("outboxsqlite: begin transaction: %w", err)
 	}
 	defer s.gate.leave()
-	tx, err := s.db.BeginTx(ctx, nil)
+	c, err := s.db.Conn(ctx)
 	if err != nil {
+		return fmt.Errorf("outboxsqlite: begin transaction: %w", explain(err, s.path))
+	}
+	defer c.Close()
+	var tx *sql.Tx
+	err = takeWriteLock(ctx, c, s.set.busyTimeout, func() (err error) {
+		tx, err = c.BeginTx(ctx, nil)
+		return err
+	})
+	if err != nil {
+		if tx != nil {
+			_ = tx.Rollback()
+		}
 		return fmt.Errorf("outboxsqlite: begin transaction: %w", explain(err, s.path))
 	}
 	defer func() {
