@@ -6,7 +6,9 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,28 +113,57 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, notify bool)
 	}, nil
 }
 
-// Secrets seen in URLs, removed from every error message.
-var secrets []string
+// secrets holds the passwords and tokens seen in URLs; redact removes them
+// from every error message and log line.
+var secrets secretSet
 
-func rememberSecret(raw string) {
-	u, err := url.Parse(raw)
-	if err == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
+type secretSet struct {
+	mu   sync.RWMutex
+	list []string
+}
+
+// add remembers each non-empty value, also in its URL-escaped forms (an
+// error may quote the URL as given).
+func (s *secretSet) add(values ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range values {
+		if v == "" {
+			continue
+		}
+		for _, form := range []string{v, url.QueryEscape(v), url.PathEscape(v)} {
+			if !slices.Contains(s.list, form) {
+				s.list = append(s.list, form)
+			}
 		}
 	}
-	if err == nil {
-		if p := u.Query().Get("password"); p != "" {
-			secrets = append(secrets, p)
+}
+
+func (s *secretSet) redact(text string) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, v := range s.list {
+		text = strings.ReplaceAll(text, v, "xxxxx")
+	}
+	return text
+}
+
+// rememberSecret finds the password in a database or broker URL (or a
+// key-value connection string) and remembers it.
+func rememberSecret(raw string) {
+	if u, err := url.Parse(raw); err == nil {
+		if u.User != nil {
+			p, _ := u.User.Password()
+			secrets.add(p)
 		}
+		secrets.add(u.Query().Get("password"))
 	}
 	// URLs that do not parse still have a recognisable user:password@.
 	for _, m := range urlPassword.FindAllStringSubmatch(raw, -1) {
-		secrets = append(secrets, m[2])
+		secrets.add(m[2])
 	}
-	// Key-value connection strings: password=...
 	for _, m := range kvPassword.FindAllStringSubmatch(raw, -1) {
-		secrets = append(secrets, m[1])
+		secrets.add(m[1])
 	}
 }
 
@@ -141,12 +172,8 @@ var (
 	urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)([^@\s]+)@`)
 )
 
-// redact removes passwords from s.
+// redact removes passwords from s: every one remembered, and any that a
+// user:password@ in s shows.
 func redact(s string) string {
-	for _, p := range secrets {
-		if len(p) >= 1 {
-			s = strings.ReplaceAll(s, p, "xxxxx")
-		}
-	}
-	return urlPassword.ReplaceAllString(s, "${1}xxxxx@")
+	return urlPassword.ReplaceAllString(secrets.redact(s), "${1}xxxxx@")
 }

@@ -46,11 +46,7 @@ type natsTarget struct {
 func openNATS(raw string) (outbox.Publisher, error) {
 	n, err := parseNATSURL(raw)
 	// Remember the secrets before any error can quote them.
-	for _, s := range []string{n.password, n.token} {
-		if s != "" {
-			secrets = append(secrets, s, url.QueryEscape(s), url.PathEscape(s))
-		}
-	}
+	secrets.add(n.password, n.token)
 	if err != nil {
 		return nil, usagef("--publisher %q: %v", redactNATSURL(raw), err)
 	}
