@@ -62,11 +62,13 @@
 // all or nothing. Nothing is held while publishing: the lease (available_at
 // and lease_token) is what keeps other relays off a claimed batch.
 //
-// Writers of one Store queue in the process before they ask SQLite for the
-// lock, which hands it over in order; between processes, SQLite's
-// busy_timeout (Options.BusyTimeout, 5 s) makes a writer wait for the lock.
-// Transactions that write should be short, since all writers of the file take
-// turns: that includes the application's.
+// Writers of one Store (its own and RunInTx's) queue in the process before
+// they ask SQLite for the lock, which hands it over in order; between
+// processes, a writer tries again every 50 µs to 2 ms for up to
+// Options.BusyTimeout (5 s) rather than through SQLite's busy_timeout, whose
+// sleeps grow to 100 ms and let a busy process keep the lock from the
+// others. Transactions that write should be short, since all writers of the
+// file take turns: that includes the application's.
 //
 // Readers do not wait for writers (WAL mode): the idle probe (NextDue), the
 // relay's "is anything due?" check before a claim, Stats and the dead-letter

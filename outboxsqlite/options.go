@@ -30,9 +30,10 @@ const (
 type Options struct {
 	// BusyTimeout bounds how long a write transaction waits for the write
 	// lock while another connection, in this process or another, holds it.
-	// Open sets it as SQLite's busy_timeout on every connection; the Store
-	// applies it to its own queue of writers too. Default
-	// BusyTimeoutDefault (5 s); at most one hour.
+	// The Store's transactions (RunInTx's too) wait for it themselves, in
+	// short steps, and leave it as SQLite's busy_timeout on the connections
+	// they used; Open sets that on every connection, for the application's
+	// own transactions. Default BusyTimeoutDefault (5 s); at most one hour.
 	BusyTimeout time.Duration
 	// CreateIfMissing lets Open create the database file when it does not
 	// exist (its directory must exist). Default false: a missing file is an

@@ -44,7 +44,8 @@ var (
 // *sql.DB; then open it as Open does, with the modernc.org/sqlite driver
 // (or another SQLite driver), WAL mode, a busy_timeout, synchronous=FULL and
 // _txlock=immediate (see Open), and with room for at least two connections
-// if a relay uses it (ListenForWrites holds one).
+// if a relay uses it (ListenForWrites holds one). The Store sets
+// busy_timeout to Options.BusyTimeout on the connections it writes with.
 func New(db *sql.DB, opts Options) (*Store, error) {
 	if db == nil {
 		return nil, &outbox.ConfigError{Field: "outboxsqlite.New db", Value: "nil",

@@ -125,12 +125,12 @@ func rollback(ctx context.Context, c *sql.Conn) {
 }
 
 // writeGate queues the write transactions of one Store. SQLite lets one
-// connection write at a time and makes the others poll for the lock
-// (busy_timeout sleeps and retries, from 1 ms up to 100 ms between tries),
-// which is unfair under contention: measured with 8 goroutines committing
-// in a loop, the slowest waited 730 ms for the lock. Queueing the Store's own
-// writers in Go first hands the lock over in order (the slowest waited
-// 10 ms) and leaves busy_timeout to arbitrate only between processes.
+// connection write at a time and leaves the others to poll for the lock,
+// which is unfair under contention: measured with 8 goroutines committing in
+// a loop through SQLite's busy_timeout, the slowest waited 730 ms for the
+// lock. Queueing the Store's own writers in Go first hands the lock over in
+// order (the slowest waited 10 ms) and leaves polling (takeWriteLock) to
+// arbitrate only between processes.
 type writeGate chan struct{}
 
 func newWriteGate() writeGate { return make(writeGate, 1) }
