@@ -61,6 +61,7 @@ rmq_free_port() {
 # still booting, or something else on the port, does not pass.
 rmq_amqp_answers() {
   local reply
+  # shellcheck disable=SC2016 # $1 and $2 are the inner shell's arguments
   reply=$(timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2" || exit 1
     printf "AMQP\x00\x00\x09\x01" >&3
     head -c 1 <&3 | od -An -tx1' _ "$1" "$2" 2>/dev/null) || return 1
@@ -219,9 +220,10 @@ rmq_running() { rmq_pid "$1" >/dev/null; }
 # rmq_export BASE: the environment the tests read. TEST_RABBITMQ_CTL stop|start|restart stops
 # and starts this same broker (same port, same data: durable queues survive).
 rmq_export() {
-  local lib
+  local lib port
   lib=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-  export TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$(rmq_var "$1" RABBITMQ_NODE_PORT)/"
+  port=$(rmq_var "$1" RABBITMQ_NODE_PORT)
+  export TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$port/"
   export TEST_RABBITMQ_CTL="$lib/rabbitmq-ctl" TEST_RABBITMQ_BASE="$1"
 }
 rmq_print_export() {

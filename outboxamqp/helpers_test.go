@@ -1,0 +1,202 @@
+package outboxamqp_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/amqptest"
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxamqp"
+	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/publishertest"
+	"github.com/go-outbox/outbox/relaytest"
+)
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// dial returns a connected publisher, closed when the test ends.
+func dial(t *testing.T, url string, cfg outboxamqp.Config) *outboxamqp.Publisher {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = relaytest.TestLogger(t)
+	}
+	p, err := outboxamqp.Dial(url, cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// open returns a publisher that connects on first use, closed when the test
+// ends.
+func open(t *testing.T, url string, cfg outboxamqp.Config) *outboxamqp.Publisher {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = relaytest.TestLogger(t)
+	}
+	p, err := outboxamqp.Open(url, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// harness publishes to a fresh exchange whose queue a consumer reads.
+// Unroutable messages are permanent failures here, so that the suite's
+// invalid message is one with a routing key no queue is bound for.
+func harness(t *testing.T) publishertest.Harness {
+	t.Helper()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	cfg := outboxamqp.Config{Exchange: d.Exchange, UnroutablePermanent: true}
+	consumer := amqptest.Consume(t, url, d.Queue)
+	return publishertest.Harness{
+		Publisher: dial(t, url, cfg),
+		Topic:     d.RoutingKey,
+		Receive:   receiver(consumer),
+		Unreachable: func(t *testing.T) outbox.Publisher {
+			c := cfg
+			c.DialTimeout = 2 * time.Second
+			return open(t, amqptest.ClosedURL(t), c)
+		},
+		Invalid: func() outbox.Message {
+			return publishertest.Messages(d.RoutingKey+".unbound", 1)[0]
+		},
+	}
+}
+
+// receiver reads the consumer's next deliveries as the suite's Received.
+func receiver(c *amqptest.Consumer) func(ctx context.Context, n int) ([]publishertest.Received, error) {
+	return func(ctx context.Context, n int) ([]publishertest.Received, error) {
+		ds, err := c.Next(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]publishertest.Received, 0, len(ds))
+		for _, d := range ds {
+			m, err := outboxamqp.FromDelivery(d)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, publishertest.Received{ID: m.ID.String(), Topic: m.Topic, Key: m.Key, Payload: m.Payload, Headers: m.Headers})
+		}
+		return out, nil
+	}
+}
+
+// pgOutbox is a migrated outbox table in a fresh PostgreSQL schema.
+type pgOutbox struct {
+	store *outboxpg.Store
+	w     *outbox.Writer[pgx.Tx]
+}
+
+func newPGOutbox(t *testing.T) pgOutbox {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
+	m, err := outboxpg.NewMigrator(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctxFor(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	store, err := outboxpg.New(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pgOutbox{store: store, w: w}
+}
+
+// write commits msgs in one transaction and wakes the relays of the process.
+func (o pgOutbox) write(ctx context.Context, msgs ...*outbox.Message) error {
+	return o.w.Transact(ctx, func(tx pgx.Tx) error { return o.w.Write(ctx, tx, msgs...) })
+}
+
+// outcomes records what a publisher reported for each message.
+type outcomes struct {
+	next outbox.Publisher
+
+	mu        sync.Mutex
+	ok        map[uuid.UUID]bool
+	failures  int
+	permanent []error
+	lastErr   error
+}
+
+func newOutcomes(next outbox.Publisher) *outcomes {
+	return &outcomes{next: next, ok: map[uuid.UUID]bool{}}
+}
+
+func (o *outcomes) Publish(ctx context.Context, batch []outbox.Message) []error {
+	errs := o.next.Publish(ctx, batch)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			o.ok[batch[i].ID] = true
+		case outbox.IsPermanent(err):
+			o.permanent = append(o.permanent, err)
+		default:
+			o.failures++
+			o.lastErr = err
+		}
+	}
+	return errs
+}
+
+func (o *outcomes) counts() (ok, failures int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.ok), o.failures
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// hostPort returns the host:port of an AMQP URL.
+func hostPort(t *testing.T, url string) string {
+	t.Helper()
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		t.Fatalf("%s: %v", amqptest.EnvURL, err)
+	}
+	return net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+}
+
+func ptrs(batch []outbox.Message) []*outbox.Message {
+	out := make([]*outbox.Message, len(batch))
+	for i := range batch {
+		out[i] = &batch[i]
+	}
+	return out
+}

@@ -1,0 +1,508 @@
+package outboxamqp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/amqptest"
+	"github.com/go-outbox/outbox/outboxamqp"
+	"github.com/go-outbox/outbox/publishertest"
+	"github.com/go-outbox/outbox/relaytest"
+)
+
+func TestPublisherConformance(t *testing.T) {
+	t.Parallel()
+	publishertest.Run(t, harness)
+}
+
+func TestEndToEndFromPostgreSQLThroughTheRelayToRabbitMQ(t *testing.T) {
+	t.Parallel()
+	o := newPGOutbox(t)
+	publishertest.EndToEnd(t, harness(t), o.store, o.write)
+}
+
+// The message arrives with its id as message-id, its topic as type, its key
+// in a header, its content-type header as the content-type property,
+// persistent, with a timestamp, to the exchange and routing key of the
+// configuration.
+func TestMessageCarriesIDTopicKeyContentTypeAndIsPersistent(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	consumer := amqptest.Consume(t, url, d.Queue)
+	p := dial(t, url, outboxamqp.Config{
+		Exchange:   d.Exchange,
+		RoutingKey: func(m outbox.Message) string { return d.RoutingKey }, // every topic to the one bound key
+	})
+	m := outbox.Message{
+		ID:        uuid.Must(uuid.NewV7()),
+		Topic:     "orders.created",
+		Key:       "order-42",
+		Payload:   []byte(`{"id":42}`),
+		Headers:   map[string]string{"Content-Type": "application/json", "traceparent": "00-abc-def-01", outboxamqp.HeaderKey: "impostor"},
+		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+	if errs := p.Publish(ctxFor(t, 30*time.Second), []outbox.Message{m}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	got, err := consumer.Next(ctxFor(t, 30*time.Second), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dv := got[0]
+	for _, c := range []struct{ what, got, want string }{
+		{"message-id", dv.MessageId, m.ID.String()},
+		{"type", dv.Type, m.Topic},
+		{"exchange", dv.Exchange, d.Exchange},
+		{"routing key", dv.RoutingKey, d.RoutingKey},
+		{"content-type", dv.ContentType, "application/json"},
+		{"header " + outboxamqp.HeaderKey, fmt.Sprint(dv.Headers[outboxamqp.HeaderKey]), m.Key},
+		{"header traceparent", fmt.Sprint(dv.Headers["traceparent"]), "00-abc-def-01"},
+		{"body", string(dv.Body), string(m.Payload)},
+	} {
+		if c.got != c.want {
+			t.Errorf("message %s: %s = %q, want %q", m.ID, c.what, c.got, c.want)
+		}
+	}
+	if dv.DeliveryMode != amqp.Persistent {
+		t.Errorf("message %s: delivery mode %d, want persistent (2)", m.ID, dv.DeliveryMode)
+	}
+	if !dv.Timestamp.Equal(m.CreatedAt) {
+		t.Errorf("message %s: timestamp %v, want %v", m.ID, dv.Timestamp, m.CreatedAt)
+	}
+	if _, ok := dv.Headers["Content-Type"]; ok {
+		t.Errorf("message %s: content type sent as a header too: %v", m.ID, dv.Headers)
+	}
+	back, err := outboxamqp.FromDelivery(dv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.ID != m.ID || back.Topic != m.Topic || back.Key != m.Key || back.Headers["content-type"] != "application/json" ||
+		back.Headers["traceparent"] != "00-abc-def-01" || !back.CreatedAt.Equal(m.CreatedAt) {
+		t.Errorf("FromDelivery = %+v, want the fields of %+v (content-type in lower case)", back, m)
+	}
+}
+
+// By default a message no queue is bound for is retried: it fails alone,
+// retryably, and says why.
+func TestUnroutableMessageIsRetryableByDefaultAndFailsAlone(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	consumer := amqptest.Consume(t, url, d.Queue)
+	p := dial(t, url, outboxamqp.Config{Exchange: d.Exchange})
+	good := publishertest.Messages(d.RoutingKey, 2)
+	unbound := publishertest.Messages("nobody.listens", 1)[0]
+	batch := []outbox.Message{good[0], unbound, good[1]}
+	errs := p.Publish(ctxFor(t, 30*time.Second), batch)
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("routable messages failed: %v, %v", errs[0], errs[2])
+	}
+	switch err := errs[1]; {
+	case err == nil:
+		t.Fatalf("unroutable message %s reported published", unbound.ID)
+	case outbox.IsPermanent(err):
+		t.Fatalf("unroutable message %s: %v is permanent; by default it must be retryable", unbound.ID, err)
+	case !errors.Is(err, outboxamqp.ErrUnroutable) || !strings.Contains(err.Error(), "NO_ROUTE") || !strings.Contains(err.Error(), unbound.ID.String()):
+		t.Fatalf("unroutable message %s: %v; want ErrUnroutable naming the message and NO_ROUTE", unbound.ID, err)
+	}
+	var pe *outboxamqp.PublishError
+	if !errors.As(errs[1], &pe) || pe.ID != unbound.ID || pe.RoutingKey != "nobody.listens" || pe.Exchange != d.Exchange {
+		t.Fatalf("error %v: want a *PublishError with the id, exchange and routing key", errs[1])
+	}
+	if _, err := consumer.Next(ctxFor(t, 30*time.Second), 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A missing exchange is a configuration problem: the batch fails retryably
+// with the broker's 404, and once the exchange exists the same publisher
+// delivers (the channel the broker closed is replaced).
+func TestMissingExchangeFailsRetryablyAndPublishingResumesOnceItExists(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	consumer := amqptest.Consume(t, url, d.Queue)
+	missing := d.Exchange + "-later"
+	p := dial(t, url, outboxamqp.Config{Exchange: missing})
+	batch := publishertest.Messages(d.RoutingKey, 3)
+	for i, err := range p.Publish(ctxFor(t, 30*time.Second), batch) {
+		if err == nil || outbox.IsPermanent(err) || !strings.Contains(err.Error(), "404") {
+			t.Fatalf("message %s to a missing exchange: %v; want a retryable error with the broker's 404", batch[i].ID, err)
+		}
+	}
+
+	ch, err := amqptest.Dial(t, url).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.ExchangeDeclare(missing, amqp.ExchangeDirect, false, true, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(d.Queue, d.RoutingKey, missing, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range p.Publish(ctxFor(t, 30*time.Second), batch) {
+		if err != nil {
+			t.Fatalf("message %s after the exchange was declared: %v", batch[i].ID, err)
+		}
+	}
+	if _, err := consumer.Next(ctxFor(t, 30*time.Second), 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The connection drops while the broker holds a whole batch whose confirms
+// have not reached the publisher: every message is reported retryable, none
+// published, although the broker has them (the retry makes duplicates,
+// which the consumer's inbox drops; counting them published could lose
+// them). The next batch reconnects and goes through.
+func TestMessagesInFlightWhenTheConnectionDropsAreRetryableNeverPublished(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	consumer := amqptest.Consume(t, url, d.Queue)
+	proxy := amqptest.NewProxy(t, hostPort(t, url))
+	p := dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
+
+	proxy.Hold() // from now on the broker's confirms stay in the proxy
+	batch := publishertest.Messages(d.RoutingKey, 50)
+	result := make(chan []error, 1)
+	go func() { result <- p.Publish(ctxFor(t, time.Minute), batch) }()
+	if _, err := consumer.Next(ctxFor(t, 30*time.Second), len(batch)); err != nil {
+		t.Fatalf("the broker did not get the batch: %v", err)
+	}
+	proxy.Cut()
+	var errs []error
+	select {
+	case errs = <-result:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Publish did not return within 30s of the connection dropping")
+	}
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			t.Errorf("message %s reported published, but its confirm never reached the publisher", batch[i].ID)
+		case outbox.IsPermanent(err):
+			t.Errorf("message %s: %v is permanent; a dropped connection must be retryable", batch[i].ID, err)
+		case !errors.Is(err, outboxamqp.ErrNotConfirmed):
+			t.Errorf("message %s: %v, want ErrNotConfirmed", batch[i].ID, err)
+		}
+	}
+
+	again := publishertest.Messages(d.RoutingKey, 5)
+	for i, err := range p.Publish(ctxFor(t, 30*time.Second), again) {
+		if err != nil {
+			t.Fatalf("message %s after the drop: %v; the publisher must reconnect", again[i].ID, err)
+		}
+	}
+	if _, err := consumer.Next(ctxFor(t, 30*time.Second), len(again)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A broker that stops confirming (here: confirms held back) costs a batch at
+// most its context: the messages are retryable, and the channel with
+// confirms still owed is not reused, so a late confirm or return cannot be
+// taken for the next batch's.
+func TestConfirmsThatDoNotComeFailTheBatchRetryablyAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	consumer := amqptest.Consume(t, url, d.Queue)
+	proxy := amqptest.NewProxy(t, hostPort(t, url))
+	p := dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
+
+	proxy.Hold()
+	// Unroutable, so that a return arrives for it once released.
+	batch := publishertest.Messages("nobody.listens", 5)
+	start := time.Now()
+	errs := p.Publish(ctxFor(t, 500*time.Millisecond), batch)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Publish took %v with a 500ms context", took)
+	}
+	for i, err := range errs {
+		if err == nil || outbox.IsPermanent(err) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("message %s without confirm: %v; want a retryable deadline error", batch[i].ID, err)
+		}
+	}
+	proxy.Release()
+	// The same ids again, now routable: the old channel's late returns must
+	// not count against them.
+	for i := range batch {
+		batch[i].Topic = d.RoutingKey
+	}
+	for i, err := range p.Publish(ctxFor(t, 30*time.Second), batch) {
+		if err != nil {
+			t.Errorf("message %s on retry: %v", batch[i].ID, err)
+		}
+	}
+	if _, err := consumer.Next(ctxFor(t, 30*time.Second), len(batch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Relay workers publish concurrently through one publisher: each batch gets
+// its own channel and its own outcomes.
+func TestConcurrentBatchesAreConfirmedIndependently(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	consumer := amqptest.Consume(t, url, d.Queue)
+	p := dial(t, url, outboxamqp.Config{Exchange: d.Exchange})
+	const workers, batches, size = 6, 5, 20
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var unbound []error
+	for range workers {
+		wg.Go(func() {
+			for range batches {
+				batch := publishertest.Messages(d.RoutingKey, size)
+				batch[size/2].Topic = "nobody.listens" // one unroutable message per batch
+				errs := p.Publish(ctxFor(t, 30*time.Second), batch)
+				for i, err := range errs {
+					if i == size/2 {
+						mu.Lock()
+						unbound = append(unbound, err)
+						mu.Unlock()
+						continue
+					}
+					if err != nil {
+						t.Errorf("message %s: %v", batch[i].ID, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range unbound {
+		if !errors.Is(err, outboxamqp.ErrUnroutable) {
+			t.Errorf("unroutable message: %v, want ErrUnroutable", err)
+		}
+	}
+	if _, err := consumer.Next(ctxFor(t, 30*time.Second), workers*batches*(size-1)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Errors name the broker, never the password: connection errors, the
+// broker's refusal of the credentials, and URLs that do not parse.
+func TestErrorsNameTheBrokerWithoutThePassword(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	const secret = "s3cret-pw"
+
+	closed := strings.Replace(amqptest.ClosedURL(t), "guest:guest@", "relay:"+secret+"@", 1)
+	p := open(t, closed, outboxamqp.Config{})
+	addr := closed[len("amqp://relay:"+secret+"@"):]
+	errs := p.Publish(ctxFor(t, 10*time.Second), publishertest.Messages("t", 1))
+	if msg := errs[0].Error(); !strings.Contains(msg, "amqp://relay@"+addr) || strings.Contains(msg, secret) {
+		t.Errorf("error %q: want the broker amqp://relay@%s and no password", msg, addr)
+	}
+
+	wrong := strings.Replace(url, "guest:guest@", "guest:"+secret+"@", 1)
+	_, err := outboxamqp.Dial(wrong, outboxamqp.Config{Logger: relaytest.TestLogger(t)})
+	if err == nil || strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "amqp://guest@") {
+		t.Errorf("Dial with a wrong password: %v; want an error naming amqp://guest@... without the password", err)
+	}
+
+	for _, raw := range []string{
+		"amqp://user:" + secret + "@host:notaport/",
+		"amqp://user:" + secret + "@ho st/",
+		"http://user:" + secret + "@host/",
+	} {
+		_, err := outboxamqp.Open(raw, outboxamqp.Config{})
+		if err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("Open(%q): %v; want an error without the password", strings.ReplaceAll(raw, secret, "***"), err)
+		}
+	}
+}
+
+func TestConfigErrorsNameTheFieldAndTheFix(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg   outboxamqp.Config
+		field string
+	}{
+		{outboxamqp.Config{ConfirmTimeout: -1}, "outboxamqp.Config.ConfirmTimeout"},
+		{outboxamqp.Config{DialTimeout: -1}, "outboxamqp.Config.DialTimeout"},
+		{outboxamqp.Config{Exchange: strings.Repeat("x", 256)}, "outboxamqp.Config.Exchange"},
+	} {
+		err := tc.cfg.Validate()
+		var ce *outbox.ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.field || ce.Fix == "" || !errors.Is(err, outbox.ErrInvalidConfig) {
+			t.Errorf("Validate(%+v) = %v; want a ConfigError for %s", tc.cfg, err, tc.field)
+		}
+		if _, err := outboxamqp.Open("amqp://localhost/", tc.cfg); !errors.As(err, &ce) {
+			t.Errorf("Open with %s invalid: %v, want the ConfigError", tc.field, err)
+		}
+	}
+}
+
+// Messages the relay cannot send at all fail alone and permanently: no id,
+// or a routing key AMQP cannot carry.
+func TestMessagesAMQPCannotCarryFailPermanentlyAndAlone(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	consumer := amqptest.Consume(t, url, d.Queue)
+	p := dial(t, url, outboxamqp.Config{Exchange: d.Exchange})
+	batch := publishertest.Messages(d.RoutingKey, 4)
+	batch[1].ID = uuid.Nil
+	batch[2].Topic = strings.Repeat("k", 256)
+	errs := p.Publish(ctxFor(t, 30*time.Second), batch)
+	if errs[0] != nil || errs[3] != nil {
+		t.Fatalf("valid messages failed: %v, %v", errs[0], errs[3])
+	}
+	if !outbox.IsPermanent(errs[1]) {
+		t.Errorf("message without id: %v, want permanent", errs[1])
+	}
+	if !outbox.IsPermanent(errs[2]) || !errors.Is(errs[2], outboxamqp.ErrInvalidRoutingKey) {
+		t.Errorf("256-byte routing key: %v, want permanent ErrInvalidRoutingKey", errs[2])
+	}
+	if _, err := consumer.Next(ctxFor(t, 30*time.Second), 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RabbitMQ is stopped for real in the middle of a relay run and started
+// again: the relay retries, every committed message reaches the queue at
+// least once, and every message the store marks published was confirmed by
+// the broker (it is in the queue). Not parallel: it takes the broker away.
+func TestBrokerStoppedAndRestartedMidRunLosesNothing(t *testing.T) {
+	broker := amqptest.Restartable(t)
+	start := time.Now()
+	o := newPGOutbox(t)
+	d := amqptest.Declare(t, broker.URL)
+	consumer := amqptest.Consume(t, broker.URL, d.Queue)
+	rec := newOutcomes(open(t, broker.URL, outboxamqp.Config{Exchange: d.Exchange, ConfirmTimeout: 2 * time.Second, DialTimeout: 2 * time.Second}))
+	relaytest.StartRelay(t, o.store, rec, outbox.Config{
+		BatchSize: 20, Workers: 4, LeaseDuration: 10 * time.Second, MaxAttempts: 10000,
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 300 * time.Millisecond,
+		ActivePollInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+		Retention: time.Hour, // keep published rows, to check their state
+	})
+
+	ctx := ctxFor(t, 3*time.Minute)
+	var (
+		mu      sync.Mutex
+		written []uuid.UUID
+	)
+	writeErr := make(chan error, 1)
+	stopWriting := make(chan struct{})
+	// A steady stream of commits, so that batches are in flight when the
+	// broker goes.
+	go func() {
+		defer close(writeErr)
+		for {
+			select {
+			case <-stopWriting:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			batch := publishertest.Messages(d.RoutingKey, 10)
+			if err := o.write(ctx, ptrs(batch)...); err != nil {
+				writeErr <- err
+				return
+			}
+			mu.Lock()
+			for _, m := range batch {
+				written = append(written, m.ID)
+			}
+			mu.Unlock()
+		}
+	}()
+	received := func() int { return len(consumer.All()) }
+
+	waitFor(t, 30*time.Second, "200 messages in the queue before the outage", func() bool { return received() >= 200 })
+	okBefore, failedBefore := rec.counts()
+	broker.Stop(t)
+	_, failedAtStop := rec.counts()
+	waitFor(t, 30*time.Second, "retryable failures during the outage", func() bool { _, f := rec.counts(); return f > failedAtStop })
+	broker.Start(t)
+	restarted := time.Now()
+	n := received()
+	waitFor(t, 60*time.Second, "200 more messages after the restart", func() bool { return received() >= n+200 })
+	close(stopWriting)
+	if err := <-writeErr; err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	mu.Lock()
+	all := append([]uuid.UUID(nil), written...)
+	mu.Unlock()
+
+	waitFor(t, 60*time.Second, "the outbox to drain after the restart", func() bool {
+		st, err := o.store.Stats(ctx)
+		return err == nil && st.Pending == 0
+	})
+	st, err := o.store.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Dead != 0 || st.Published != int64(len(all)) {
+		t.Fatalf("stats %+v after the run; want all %d messages published, none dead", st, len(all))
+	}
+	rec.mu.Lock()
+	if len(rec.permanent) > 0 {
+		t.Fatalf("%d permanent outcomes, e.g. %v; a broker outage must be retryable", len(rec.permanent), rec.permanent[0])
+	}
+	t.Logf("a retryable failure of the outage: %v", rec.lastErr)
+	rec.mu.Unlock()
+
+	// Every message reaches the queue; the last copies may still be on the
+	// way to the consumer.
+	count := func(ds []amqp.Delivery) map[string]int {
+		seen := map[string]int{}
+		for _, dv := range ds {
+			seen[dv.MessageId]++
+		}
+		return seen
+	}
+	inQueue := func() map[string]int { return count(consumer.All()) }
+	if err := consumer.WaitFor(ctx, func(ds []amqp.Delivery) bool {
+		seen := count(ds)
+		for _, id := range all {
+			if seen[id.String()] == 0 {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		seen := inQueue()
+		lost := 0
+		for _, id := range all {
+			if seen[id.String()] == 0 {
+				if lost++; lost <= 5 {
+					m, _ := o.store.Get(ctx, id)
+					t.Errorf("message %s (status %s, %d attempts) never reached the queue", id, m.Status, m.Attempts)
+				}
+			}
+		}
+		t.Fatalf("%d of %d messages lost: %v", lost, len(all), err)
+	}
+	seen := inQueue()
+	duplicates := 0
+	for _, id := range all {
+		m, err := o.store.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("message %s: %v", id, err)
+		}
+		if m.Status != outbox.StatusPublished {
+			t.Errorf("message %s has status %s, want published", id, m.Status)
+		}
+		duplicates += seen[id.String()] - 1
+	}
+	_, failedAll := rec.counts()
+	t.Logf("%d messages; %d confirmed before the stop; retryable failures: %d while stopping, %d in all; %d duplicates in the queue; consumer connected %d times; drained %v after the restart; %v in all",
+		len(all), okBefore, failedAtStop-failedBefore, failedAll, duplicates, consumer.Connects(),
+		time.Since(restarted).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
