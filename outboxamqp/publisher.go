@@ -347,7 +347,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 		return errs
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.ConfirmTimeout,
-		fmt.Errorf("Config.ConfirmTimeout (%v) expired: %w", p.cfg.ConfirmTimeout, context.DeadlineExceeded))
+		fmt.Errorf("batch not done within Config.ConfirmTimeout (%v): %w", p.cfg.ConfirmTimeout, context.DeadlineExceeded))
 	defer cancel()
 
 	c, err := p.channel(ctx)

@@ -1,0 +1,78 @@
+// Package outboxamqp publishes outbox messages to RabbitMQ (AMQP 0-9-1, with
+// github.com/rabbitmq/amqp091-go), with publisher confirms and mandatory
+// routing: a message counts as published only when the broker has confirmed
+// it and did not return it as unroutable.
+//
+//	pub, err := outboxamqp.Dial("amqp://relay:secret@rabbitmq:5672/prod",
+//		outboxamqp.Config{Exchange: "events"})
+//	...
+//	defer pub.Close()
+//	relay, err := outbox.NewRelay(store, pub, outbox.Config{})
+//
+// Dial connects at once and fails if the broker is unreachable, refuses the
+// credentials or virtual host, or has no exchange named Config.Exchange.
+// Open connects on the first Publish instead (like sql.Open), for processes
+// that must start while the broker is down; the outbox CLI uses it. Either
+// way the Publisher owns its connection: it reconnects after drops and Close
+// closes it. The publisher declares nothing: exchanges, queues and bindings
+// are the deployment's, declared by the consumers or by the operator.
+//
+// # Messages
+//
+// Each outbox message becomes one AMQP message published to Config.Exchange
+// (the default exchange when empty) with the routing key Config.RoutingKey
+// returns, by default its topic:
+//
+//   - message-id property: the message id, which consumers deduplicate on
+//     (the relay delivers at least once);
+//   - type property: the topic;
+//   - headers: the application headers (string values), and HeaderKey
+//     (Outbox-Key) with the key when it is not empty;
+//   - content-type property: the application header content-type (any
+//     case), which is not repeated as a header;
+//   - delivery mode persistent, so durable queues keep it across a broker
+//     restart; timestamp: the message's CreatedAt (AMQP keeps seconds);
+//   - body: the payload, unchanged.
+//
+// FromDelivery turns a received amqp.Delivery back into the outbox message.
+//
+// # Outcomes
+//
+// Publish sends the whole batch on a channel in confirm mode, then waits for
+// every confirm (deferred confirmations), up to Config.ConfirmTimeout or the
+// end of the relay's context. Returns are matched to messages by message id.
+// Each message gets nil, or a *PublishError naming the message, the exchange,
+// the routing key and the broker (never its password):
+//
+//   - nil: the broker acked the message and did not return it;
+//   - retryable: the broker nacked it (ErrNacked); the channel or connection
+//     closed before its confirm came (ErrNotConfirmed); no confirm before
+//     the deadline; the broker unreachable; a missing exchange (404
+//     NOT_FOUND closes the channel: the batch fails, and later batches work
+//     once the exchange exists); a closed publisher (ErrClosed);
+//   - unroutable (ErrUnroutable): the broker returned the message because
+//     no queue is bound for its routing key. Retryable by default, since a
+//     missing binding is usually a deployment-order or configuration
+//     problem that someone fixes, after which the retries deliver without a
+//     manual dead-letter retry. Config.UnroutablePermanent makes it
+//     permanent (dead-lettered at once) where unbound keys are expected;
+//   - permanent: a message without id, or a routing key over 255 bytes.
+//
+// Messages in flight when the connection drops are never reported as
+// published: the broker may have them without the confirm having arrived,
+// so they are retried, and the consumer sees a duplicate rather than the
+// outbox a loss.
+//
+// # Connections and concurrency
+//
+// One connection serves the publisher; each concurrent Publish call (relay
+// worker) uses a channel of its own, reused by later batches, so a
+// channel-level error fails one batch only. A channel is not reused while
+// confirms of an abandoned batch (deadline passed) may still arrive on it.
+// When the connection drops, the next Publish dials again; a dial that
+// fails fails the batch retryably, and the relay's backoff spaces the
+// attempts. If sending blocks past the end of the context (a broker that
+// stopped reading, as under a memory or disk alarm), the connection is torn
+// down so that Publish returns. Messages of one batch reach a queue in batch
+// order; concurrent batches interleave.
+package outboxamqp
