@@ -41,6 +41,11 @@ func (t Throughput) title() string {
 		return fmt.Sprintf("%d writers, %s", t.Relays, t.Label)
 	case "ceiling":
 		return fmt.Sprintf("raw DELETE loop, batch %d", t.Batch)
+	case "watermill":
+		if t.Batch == 0 {
+			return "watermill forwarder, defaults (batch 100)"
+		}
+		return fmt.Sprintf("watermill forwarder, batch %d", t.Batch)
 	default:
 		return fmt.Sprintf("%s, batch %d", t.Name, t.Batch)
 	}

@@ -231,8 +231,8 @@ func (r *Report) Markdown(charts bool) string {
 		for _, t := range w.Concurrent {
 			p("| %s | %s | %s |\n", t.Label, thousands(t.Median()), runsString(t.Runs))
 		}
-		if len(w.Concurrent) == 3 && w.Concurrent[1].Median() > 0 {
-			p("\nNOTIFY costs %.0f %% of the commits/s of the same transaction without it.\n", (1-w.Concurrent[2].Median()/w.Concurrent[1].Median())*100)
+		if len(w.Concurrent) == 4 && w.Concurrent[2].Median() > 0 {
+			p("\nNOTIFY costs %.0f %% of the commits/s of the same transaction without it.\n", (1-w.Concurrent[3].Median()/w.Concurrent[2].Median())*100)
 		}
 		p("\n")
 	}
@@ -243,10 +243,15 @@ func (r *Report) Markdown(charts bool) string {
 			"Statements are counted by a pgx tracer on the relay's pool. "+
 			"Write transactions are transaction ids assigned cluster-wide (PostgreSQL gives one only to a transaction that writes; "+
 			"`pg_stat_database.xact_commit` would count read-only ones too), WAL bytes the advance of `pg_current_wal_lsn()`. "+
-			"Both are cluster-wide, hence the first row: the same window with no relay.\n\n", r.Options.IdleDuration, idleWarmup)
+			"Both are cluster-wide, hence the first row: the same window with no relay. "+
+			"All windows use one table with no DDL in between, after a `VACUUM ANALYZE`, and a window in which autovacuum worked (its ANALYZE of a catalog is a write transaction) is measured again.\n\n", r.Options.IdleDuration, idleWarmup)
 		p("| set-up | statements/s | round trips/s | write transactions | WAL bytes |\n| --- | ---: | ---: | ---: | ---: |\n")
 		for _, i := range r.Idle {
-			p("| %s | %.2f | %.2f | %d | %d |\n", i.Name, float64(i.Statements)/i.Window.Seconds(), float64(i.RoundTrips)/i.Window.Seconds(), i.Xids, i.WALBytes)
+			note := ""
+			if i.Autovacuum {
+				note = " (autovacuum worked during the window)"
+			}
+			p("| %s%s | %.2f | %.2f | %d | %d |\n", i.Name, note, float64(i.Statements)/i.Window.Seconds(), float64(i.RoundTrips)/i.Window.Seconds(), i.Xids, i.WALBytes)
 		}
 		p("\n")
 	}

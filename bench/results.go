@@ -113,6 +113,7 @@ type Idle struct {
 	RoundTrips int64 // batches count once
 	Xids       int64 // transaction ids assigned cluster-wide: write transactions
 	WALBytes   int64
+	Autovacuum bool // autovacuum worked during the window (twice in a row)
 }
 
 // Growth is a long run with retention on.

@@ -140,15 +140,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		f    func() error
 	}{
 		{"idle", func() error {
-			for _, m := range idleModes {
-				res, err := e.measureIdle(ctx, m)
-				if err != nil {
-					return err
-				}
-				e.logf("idle, %s: %d statements, %d write transactions, %d WAL bytes in %s", m.name, res.Statements, res.Xids, res.WALBytes, res.Window)
-				r.Idle = append(r.Idle, res)
-			}
-			return nil
+			r.Idle, err = e.measureIdle(ctx)
+			return err
 		}},
 		{"writer", func() error {
 			r.Writer, err = e.measureWriter(ctx)

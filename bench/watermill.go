@@ -148,3 +148,45 @@ func (p *wmCounting) Publish(topic string, msgs ...*message.Message) error {
 	}
 	return nil
 }
+
+// startWatermillIdle runs watermill's forwarder at its defaults on an empty
+// forwarder topic in schema, its connections traced by tracer, for the idle
+// comparison. stop ends it.
+func (e *env) startWatermillIdle(ctx context.Context, schema string, tracer pgx.QueryTracer) (stop func(), err error) {
+	cfg, err := pgx.ParseConfig(e.opts.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	cfg.Tracer = tracer
+	db := stdlib.OpenDB(*cfg)
+	sub, err := wsql.NewSubscriber(db, wsql.SubscriberConfig{
+		SchemaAdapter:  wsql.DefaultPostgreSQLSchema{},
+		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
+	}, watermill.NopLogger{})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := sub.SubscribeInitialize(wmTopic); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	out := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	fwd, err := forwarder.NewForwarder(sub, out, watermill.NopLogger{}, forwarder.Config{})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fwd.Run(runCtx) }()
+	return func() {
+		cancel()
+		_ = fwd.Close()
+		<-done
+		_ = sub.Close()
+		_ = out.Close()
+		_ = db.Close()
+	}, nil
+}

@@ -157,7 +157,7 @@ func (e *env) measureWriter(ctx context.Context) (*WriterResult, error) {
 		res.Variants = append(res.Variants, WriterVariant{Name: v.name, P50: percentile(times[j], 0.5), P95: percentile(times[j], 0.95)})
 	}
 
-	for _, v := range []writerVariant{writerVariants[0], writerVariants[2], writerVariants[4]} {
+	for _, v := range []writerVariant{writerVariants[0], writerVariants[1], writerVariants[2], writerVariants[4]} {
 		t := Throughput{Name: "writers", Label: v.name, Relays: concurrentWriters}
 		t, err := e.repeat(ctx, t, func(ctx context.Context) (float64, walUsage, error) {
 			rate, err := e.concurrentWriters(ctx, v)
