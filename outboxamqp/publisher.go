@@ -756,13 +756,17 @@ func (c *channel) takeReturns() map[string]amqp.Return {
 
 // closeReason returns why the channel closed, or fallback if it did not say.
 func (c *channel) closeReason(fallback error) error {
-	if c.closeErr == nil {
+	if c.closeErr == nil && c.ch.IsClosed() {
+		// The library marks the channel closed, then hands out the reason
+		// and closes the notification channel: wait for that moment.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
 		select {
 		case e, ok := <-c.closes:
 			if ok && e != nil {
 				c.closeErr = e
 			}
-		default:
+		case <-t.C:
 		}
 	}
 	if c.closeErr != nil {

@@ -133,7 +133,7 @@ func TestMissingExchangeFailsRetryablyAndPublishingResumesOnceItExists(t *testin
 	d := amqptest.Declare(t, url)
 	consumer := amqptest.Consume(t, url, d.Queue)
 	missing := d.Exchange + "-later"
-	p := dial(t, url, outboxamqp.Config{Exchange: missing})
+	p := open(t, url, outboxamqp.Config{Exchange: missing}) // Dial would refuse it
 	batch := publishertest.Messages(d.RoutingKey, 3)
 	for i, err := range p.Publish(ctxFor(t, 30*time.Second), batch) {
 		if err == nil || outbox.IsPermanent(err) || !strings.Contains(err.Error(), "404") {
@@ -505,4 +505,25 @@ func TestBrokerStoppedAndRestartedMidRunLosesNothing(t *testing.T) {
 	t.Logf("%d messages; %d confirmed before the stop; retryable failures: %d while stopping, %d in all; %d duplicates in the queue; consumer connected %d times; drained %v after the restart; %v in all",
 		len(all), okBefore, failedAtStop-failedBefore, failedAll, duplicates, consumer.Connects(),
 		time.Since(restarted).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// Dial checks the configuration against the broker: a missing exchange or
+// refused credentials fail it, naming the broker without the password.
+func TestDialFailsForAMissingExchangeOrWrongCredentials(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	_, err := outboxamqp.Dial(url, outboxamqp.Config{Exchange: d.Exchange + "-missing", Logger: relaytest.TestLogger(t)})
+	var amqpErr *amqp.Error
+	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.NotFound || !strings.Contains(err.Error(), d.Exchange+"-missing") {
+		t.Errorf("Dial with a missing exchange: %v; want the broker's 404 naming the exchange", err)
+	}
+	_, err = outboxamqp.Dial(strings.Replace(url, "guest:guest@", "guest:wrong-pw@", 1), outboxamqp.Config{Logger: relaytest.TestLogger(t)})
+	if !errors.As(err, &amqpErr) || amqpErr.Code != amqp.AccessRefused || strings.Contains(err.Error(), "wrong-pw") {
+		t.Errorf("Dial with a wrong password: %v; want the broker's 403 without the password", err)
+	}
+	p := dial(t, url, outboxamqp.Config{Exchange: d.Exchange})
+	if err := p.Ping(ctxFor(t, 10*time.Second)); err != nil {
+		t.Errorf("Ping of a good configuration: %v", err)
+	}
 }

@@ -234,8 +234,12 @@ rmq_print_export() {
 }
 
 # rmq_start_fresh BASE NODENAME FIRST_PORT: init and start a node on free ports from
-# FIRST_PORT (AMQP), FIRST_PORT+1000 (Erlang distribution), FIRST_PORT+2000 (epmd), moving on
-# when another process takes a port between the check and the bind. Does not wait.
+# FIRST_PORT (AMQP), FIRST_PORT+1000 (Erlang distribution), FIRST_PORT+2000 (epmd). Does not
+# wait. Keep the ports below the kernel's ephemeral range (ip_local_port_range, from 32768 by
+# default): while a test has the broker stopped, clients retry connecting to its port many
+# times a second, and a connect to a free port inside that range can pick the port itself as
+# its source and connect to itself (TCP self-connect), which then keeps the broker from
+# binding the port when it restarts. Seen here with 55672.
 rmq_start_fresh() {
   local base=$1 node=$2 first=$3 port dist epmd
   port=$(rmq_free_port "$first" 50) || { rmq_log "no free port in $first..$((first + 49))"; return 1; }
