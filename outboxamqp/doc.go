@@ -69,9 +69,12 @@
 // worker) uses a channel of its own, reused by later batches, so a
 // channel-level error fails one batch only. A channel is not reused while
 // confirms of an abandoned batch (deadline passed) may still arrive on it.
-// When the connection drops, the next Publish dials again; a dial that
-// fails fails the batch retryably, and the relay's backoff spaces the
-// attempts. If sending blocks past the end of the context (a broker that
+// When the connection drops, the next Publish dials again. A dial that
+// fails fails the batch retryably; batches in the following pause (100ms
+// after the first failure, doubling up to 2s) fail at once with the same
+// error instead of dialing, so a broker that is down or restarting is not
+// hammered by every worker, and one that is back is found within 2s. If
+// sending blocks past the end of the context (a broker that
 // stopped reading, as under a memory or disk alarm), the connection is torn
 // down so that Publish returns. Messages of one batch reach a queue in batch
 // order; concurrent batches interleave.

@@ -190,7 +190,13 @@ type Publisher struct {
 	done    chan struct{} // closed by Close
 	conn    *connection   // nil until connected, and after the connection is lost
 	dialing *dialAttempt  // the connection attempt in progress, if any
-	idle    []*channel    // channels of conn free for the next batch
+	// After a failed dial, calls until nextDial fail at once with
+	// dialErr instead of dialing: a broker that is down is not hammered
+	// by every batch of every worker.
+	dialErr      error
+	dialFailures int
+	nextDial     time.Time
+	idle         []*channel // channels of conn free for the next batch
 }
 
 // Open returns a publisher for the broker at url
@@ -546,6 +552,11 @@ func (p *Publisher) connect(ctx context.Context) (*connection, error) {
 			return conn, nil
 		}
 		if p.dialing == nil {
+			if wait := time.Until(p.nextDial); wait > 0 && p.dialErr != nil {
+				err := p.dialErr
+				p.mu.Unlock()
+				return nil, fmt.Errorf("%w (next attempt in %v)", err, wait.Round(time.Millisecond))
+			}
 			p.dialing = &dialAttempt{done: make(chan struct{})}
 			go p.dial(p.dialing)
 		}
@@ -569,19 +580,43 @@ func (p *Publisher) dial(d *dialAttempt) {
 	conn, err := p.open()
 	p.mu.Lock()
 	p.dialing = nil
+	failures := p.dialFailures
 	switch {
 	case err != nil:
 		d.err = fmt.Errorf("connect: %w", err)
+		p.dialErr = d.err
+		p.dialFailures++
+		p.nextDial = time.Now().Add(redialDelay(p.dialFailures))
 	case p.closed:
 		d.err = ErrClosed
 	default:
 		p.conn, p.idle = conn, nil
+		p.dialErr, p.dialFailures = nil, 0
 	}
 	p.mu.Unlock()
-	if err == nil && d.err != nil {
+	switch {
+	case err != nil && failures == 0:
+		p.log.Warn("outboxamqp: cannot connect to RabbitMQ; batches fail (retryably) until it answers", slog.Any("error", err))
+	case err == nil && d.err != nil:
 		conn.close()
+	case err == nil:
+		if failures > 0 {
+			p.log.Info("outboxamqp: connected to RabbitMQ", slog.Int("failed_attempts", failures))
+		} else {
+			p.log.Info("outboxamqp: connected to RabbitMQ")
+		}
 	}
 	close(d.done)
+}
+
+// redialDelay is the pause after the nth failed dial in a row: 100ms,
+// doubling up to 2s, so a broker coming back is found within 2s.
+func redialDelay(failures int) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 1; i < failures && d < 2*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 2*time.Second)
 }
 
 // open dials the broker and watches the new connection.
@@ -621,7 +656,6 @@ func (p *Publisher) open() (*connection, error) {
 			p.log.Warn("outboxamqp: connection to RabbitMQ lost; the next batch reconnects", slog.Any("error", err))
 		}
 	}()
-	p.log.Info("outboxamqp: connected to RabbitMQ")
 	return conn, nil
 }
 
