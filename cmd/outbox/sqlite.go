@@ -67,10 +67,12 @@ func (g *globalFlags) openSQLite(ctx context.Context, raw string) (*backend, err
 	if g.schema != "" {
 		return nil, usagef("--schema %q: SQLite databases have no schemas; leave --schema out (--table names the table in the file)", g.schema)
 	}
-	db := &sqliteDB{path: path, opts: outboxsqlite.Options{Table: g.table}}
-	if _, err := outboxsqlite.NewMigrator(nil, db.opts); err != nil {
-		return nil, err // an invalid --table
+	opts := outboxsqlite.Options{Table: g.table}
+	names, err := outboxsqlite.New(&sql.DB{}, opts) // validates --table; touches no database
+	if err != nil {
+		return nil, err
 	}
+	db := &sqliteDB{name: names.Name(), path: path, opts: opts}
 	// Open now, so that a damaged or unwritable file fails every command at
 	// once; only a missing file waits for `migrate up`.
 	if _, err := db.open(ctx, false); err != nil && !errors.Is(err, outboxsqlite.ErrNoDatabaseFile) {
@@ -82,6 +84,7 @@ func (g *globalFlags) openSQLite(ctx context.Context, raw string) (*backend, err
 // sqliteDB opens the database file when first needed: `migrate up` creates
 // it, every other command needs it to exist.
 type sqliteDB struct {
+	name string
 	opts outboxsqlite.Options
 	path string
 
@@ -136,10 +139,7 @@ func (d *sqliteDB) send(ctx context.Context, msgs ...*outbox.Message) error {
 	return w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 }
 
-func (d *sqliteDB) Name() string {
-	s, _ := outboxsqlite.New(&sql.DB{}, d.opts) // names only; opts were validated
-	return s.Name()
-}
+func (d *sqliteDB) Name() string { return d.name }
 
 func (d *sqliteDB) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
 	s, err := d.get(ctx)
