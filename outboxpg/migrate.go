@@ -4,10 +4,6 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,119 +12,31 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
 // Direction says which way a migration goes.
-type Direction string
+type Direction = migrations.Direction
 
 // The directions of a migration.
 const (
-	DirectionUp   Direction = "up"
-	DirectionDown Direction = "down"
+	DirectionUp   = migrations.DirectionUp
+	DirectionDown = migrations.DirectionDown
 )
 
 // MigrationStatus says whether one migration is applied to a table.
-type MigrationStatus struct {
-	// Applied reports whether the migration is recorded as applied.
-	Applied bool
-	// AppliedAt is when it was applied (zero if not applied).
-	AppliedAt time.Time
-	// Known is false for a version recorded in the database that this version
-	// of outboxpg does not have: the table was migrated by a newer release.
-	Known bool
-	// Name is the migration's name, e.g. "create_outbox".
-	Name string
-	// Version is the migration's number, from 1.
-	Version int
-}
+type MigrationStatus = migrations.Status
 
-// migration is one embedded migration; its SQL still has placeholders.
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
+// embedded are the package's migrations, versions 1 to len(embedded).
+var embedded = migrations.MustLoad(migrationFiles, "outboxpg")
 
-func (m migration) file(d Direction) string {
-	return fmt.Sprintf("%03d_%s.%s.sql", m.version, m.name, d)
-}
-
-// migrations are the embedded migrations, versions 1 to len(migrations).
-var migrations = mustLoadMigrations(migrationFiles)
-
-var migrationFileRE = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.(up|down)\.sql$`)
-
-func mustLoadMigrations(fsys fs.FS) []migration {
-	ms, err := loadMigrations(fsys)
-	if err != nil {
-		panic("outboxpg: embedded migrations: " + err.Error())
-	}
-	return ms
-}
-
-func loadMigrations(fsys fs.FS) ([]migration, error) {
-	paths, err := fs.Glob(fsys, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	byVersion := map[int]*migration{}
-	for _, p := range paths {
-		base := p[strings.LastIndex(p, "/")+1:]
-		sm := migrationFileRE.FindStringSubmatch(base)
-		if sm == nil {
-			return nil, fmt.Errorf("file %s is not named NNN_name.up.sql or NNN_name.down.sql", base)
-		}
-		v, _ := strconv.Atoi(sm[1])
-		b, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return nil, err
-		}
-		m := byVersion[v]
-		if m == nil {
-			m = &migration{version: v, name: sm[2]}
-			byVersion[v] = m
-		}
-		if m.name != sm[2] {
-			return nil, fmt.Errorf("version %d has two names, %s and %s", v, m.name, sm[2])
-		}
-		if sm[3] == "up" {
-			m.up = string(b)
-		} else {
-			m.down = string(b)
-		}
-	}
-	ms := make([]migration, 0, len(byVersion))
-	for v := 1; v <= len(byVersion); v++ {
-		m := byVersion[v]
-		switch {
-		case m == nil:
-			return nil, fmt.Errorf("version %d is missing; versions must run from 1 without gaps", v)
-		case m.up == "" || m.down == "":
-			return nil, fmt.Errorf("version %d needs both an up and a down file", v)
-		}
-		ms = append(ms, *m)
-	}
-	return ms, nil
-}
-
-var placeholderRE = regexp.MustCompile(`\{\{(schema|table|name:[a-z_]+)\}\}`)
-
-// substitute replaces the placeholders of a migration with quoted identifiers
-// built from validated names.
+// substitute fills a migration's placeholders with quoted identifiers built
+// from validated names.
 func substitute(sql string, n names) string {
-	return placeholderRE.ReplaceAllStringFunc(sql, func(ph string) string {
-		switch key := ph[2 : len(ph)-2]; key {
-		case "schema":
-			return n.qSchema
-		case "table":
-			return n.qTable
-		default:
-			return quoteIdent(n.table + "_" + strings.TrimPrefix(key, "name:"))
-		}
-	})
+	return migrations.Substitute(sql, map[string]string{"schema": n.qSchema, "table": n.qTable}, n.table, quoteIdent)
 }
 
 // Migrator creates, upgrades and drops an outbox table with the embedded,
@@ -153,7 +61,7 @@ func NewMigrator(pool *pgxpool.Pool, opts Options) (*Migrator, error) {
 }
 
 // Latest is the highest migration version this release knows.
-func (m *Migrator) Latest() int { return len(migrations) }
+func (m *Migrator) Latest() int { return len(embedded) }
 
 // Down reverts the last steps applied migrations, newest first, and returns
 // the versions it reverted. Reverting the first migration drops the table and
@@ -179,9 +87,9 @@ func (m *Migrator) Down(ctx context.Context, steps int) ([]int, error) {
 // order, followed by any versions recorded in the database that this release
 // does not know.
 func (m *Migrator) List(ctx context.Context) ([]MigrationStatus, error) {
-	list := make([]MigrationStatus, len(migrations))
-	for i, mg := range migrations {
-		list[i] = MigrationStatus{Known: true, Name: mg.name, Version: mg.version}
+	list := make([]MigrationStatus, len(embedded))
+	for i, mg := range embedded {
+		list[i] = MigrationStatus{Known: true, Name: mg.Name, Version: mg.Version}
 	}
 	if err := m.needPool("list migrations"); err != nil {
 		return nil, err
@@ -229,25 +137,15 @@ func (m *Migrator) SQL(direction Direction) string {
 	if direction == DirectionUp && m.names.schema != "public" {
 		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n\n", m.names.qSchema)
 	}
-	order := slices.Clone(migrations)
-	if direction == DirectionDown {
-		slices.Reverse(order)
-	}
-	for _, mg := range order {
-		sql := mg.up
-		if direction == DirectionDown {
-			sql = mg.down
-		}
-		fmt.Fprintf(&b, "-- %s\n%s\n", mg.file(direction), strings.TrimSpace(substitute(sql, m.names)))
-	}
+	b.WriteString(migrations.Dump(embedded, direction, func(sql string) string { return substitute(sql, m.names) }))
 	return b.String()
 }
 
 // To migrates up or down until version is the last applied one (0 drops
 // everything), and returns the versions it applied or reverted in order.
 func (m *Migrator) To(ctx context.Context, version int) ([]int, error) {
-	if version < 0 || version > len(migrations) {
-		return nil, fmt.Errorf("outboxpg: migrate %s to version %d: unknown version; this release knows versions 0 to %d", m.name(), version, len(migrations))
+	if version < 0 || version > len(embedded) {
+		return nil, fmt.Errorf("outboxpg: migrate %s to version %d: unknown version; this release knows versions 0 to %d", m.name(), version, len(embedded))
 	}
 	if err := m.needPool("migrate"); err != nil {
 		return nil, err
@@ -266,7 +164,7 @@ func (m *Migrator) To(ctx context.Context, version int) ([]int, error) {
 }
 
 // Up applies every migration not applied yet and returns their versions.
-func (m *Migrator) Up(ctx context.Context) ([]int, error) { return m.To(ctx, len(migrations)) }
+func (m *Migrator) Up(ctx context.Context) ([]int, error) { return m.To(ctx, len(embedded)) }
 
 func (m *Migrator) needPool(doing string) error {
 	if m.pool == nil {
@@ -289,23 +187,23 @@ func (m *Migrator) step(ctx context.Context, target int) (version int, changed b
 		}
 		switch {
 		case current < target:
-			mg := migrations[current]
-			if _, err := tx.Exec(ctx, substitute(mg.up, m.names)); err != nil {
-				return fmt.Errorf("apply %s: %w", mg.file(DirectionUp), err)
+			mg := embedded[current]
+			if _, err := tx.Exec(ctx, substitute(mg.Up, m.names)); err != nil {
+				return fmt.Errorf("apply %s: %w", mg.File(DirectionUp), err)
 			}
-			if _, err := tx.Exec(ctx, `INSERT INTO `+m.names.qMigr+` (version, name) VALUES ($1, $2)`, mg.version, mg.name); err != nil {
-				return fmt.Errorf("record %s: %w", mg.file(DirectionUp), err)
+			if _, err := tx.Exec(ctx, `INSERT INTO `+m.names.qMigr+` (version, name) VALUES ($1, $2)`, mg.Version, mg.Name); err != nil {
+				return fmt.Errorf("record %s: %w", mg.File(DirectionUp), err)
 			}
-			version, changed = mg.version, true
+			version, changed = mg.Version, true
 		case current > target:
-			mg := migrations[current-1]
-			if _, err := tx.Exec(ctx, substitute(mg.down, m.names)); err != nil {
-				return fmt.Errorf("apply %s: %w", mg.file(DirectionDown), err)
+			mg := embedded[current-1]
+			if _, err := tx.Exec(ctx, substitute(mg.Down, m.names)); err != nil {
+				return fmt.Errorf("apply %s: %w", mg.File(DirectionDown), err)
 			}
-			if _, err := tx.Exec(ctx, `DELETE FROM `+m.names.qMigr+` WHERE version = $1`, mg.version); err != nil {
-				return fmt.Errorf("record %s: %w", mg.file(DirectionDown), err)
+			if _, err := tx.Exec(ctx, `DELETE FROM `+m.names.qMigr+` WHERE version = $1`, mg.Version); err != nil {
+				return fmt.Errorf("record %s: %w", mg.File(DirectionDown), err)
 			}
-			version, changed = mg.version, true
+			version, changed = mg.Version, true
 		}
 		return nil
 	})
@@ -358,8 +256,8 @@ func (m *Migrator) lockAndRead(ctx context.Context, tx pgx.Tx) (int, error) {
 		return 0, fmt.Errorf("read migrations table: %w", err)
 	}
 	for i, v := range versions {
-		if v > len(migrations) {
-			return 0, fmt.Errorf("the database records migration version %d, which this release of outboxpg does not know (it knows 1 to %d); upgrade outboxpg", v, len(migrations))
+		if v > len(embedded) {
+			return 0, fmt.Errorf("the database records migration version %d, which this release of outboxpg does not know (it knows 1 to %d); upgrade outboxpg", v, len(embedded))
 		}
 		if v != i+1 {
 			return 0, fmt.Errorf("the migrations table %s records versions %v; expected 1 to %d without gaps", m.names.qMigr, versions, len(versions))

@@ -5,127 +5,36 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
 // Direction says which way a migration goes.
-type Direction string
+type Direction = migrations.Direction
 
 // The directions of a migration.
 const (
-	DirectionUp   Direction = "up"
-	DirectionDown Direction = "down"
+	DirectionUp   = migrations.DirectionUp
+	DirectionDown = migrations.DirectionDown
 )
 
 // MigrationStatus says whether one migration is applied to a table.
-type MigrationStatus struct {
-	// Applied reports whether the migration is recorded as applied.
-	Applied bool
-	// AppliedAt is when it was applied (zero if not applied).
-	AppliedAt time.Time
-	// Known is false for a version recorded in the database that this version
-	// of outboxsqlite does not have: the table was migrated by a newer release.
-	Known bool
-	// Name is the migration's name, e.g. "create_outbox".
-	Name string
-	// Version is the migration's number, from 1. The numbers are the same as
-	// outboxpg's: version 1 creates the same table in both stores.
-	Version int
-}
+type MigrationStatus = migrations.Status
 
-// migration is one embedded migration; its SQL still has placeholders.
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
+// embedded are the package's migrations, versions 1 to len(embedded).
+var embedded = migrations.MustLoad(migrationFiles, "outboxsqlite")
 
-func (m migration) file(d Direction) string {
-	return fmt.Sprintf("%03d_%s.%s.sql", m.version, m.name, d)
-}
-
-// migrations are the embedded migrations, versions 1 to len(migrations).
-var migrations = mustLoadMigrations(migrationFiles)
-
-var migrationFileRE = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.(up|down)\.sql$`)
-
-func mustLoadMigrations(fsys fs.FS) []migration {
-	ms, err := loadMigrations(fsys)
-	if err != nil {
-		panic("outboxsqlite: embedded migrations: " + err.Error())
-	}
-	return ms
-}
-
-func loadMigrations(fsys fs.FS) ([]migration, error) {
-	paths, err := fs.Glob(fsys, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	byVersion := map[int]*migration{}
-	for _, p := range paths {
-		base := p[strings.LastIndex(p, "/")+1:]
-		sm := migrationFileRE.FindStringSubmatch(base)
-		if sm == nil {
-			return nil, fmt.Errorf("file %s is not named NNN_name.up.sql or NNN_name.down.sql", base)
-		}
-		v, _ := strconv.Atoi(sm[1])
-		b, err := fs.ReadFile(fsys, p)
-		if err != nil {
-			return nil, err
-		}
-		m := byVersion[v]
-		if m == nil {
-			m = &migration{version: v, name: sm[2]}
-			byVersion[v] = m
-		}
-		if m.name != sm[2] {
-			return nil, fmt.Errorf("version %d has two names, %s and %s", v, m.name, sm[2])
-		}
-		if sm[3] == "up" {
-			m.up = string(b)
-		} else {
-			m.down = string(b)
-		}
-	}
-	ms := make([]migration, 0, len(byVersion))
-	for v := 1; v <= len(byVersion); v++ {
-		m := byVersion[v]
-		switch {
-		case m == nil:
-			return nil, fmt.Errorf("version %d is missing; versions must run from 1 without gaps", v)
-		case m.up == "" || m.down == "":
-			return nil, fmt.Errorf("version %d needs both an up and a down file", v)
-		}
-		ms = append(ms, *m)
-	}
-	return ms, nil
-}
-
-var placeholderRE = regexp.MustCompile(`\{\{(table|name:[a-z_]+)\}\}`)
-
-// substitute replaces the placeholders of a migration with quoted identifiers
-// built from validated names. Index names carry the table's name because
-// SQLite's index names are global to the database file.
+// substitute fills a migration's placeholders with quoted identifiers built
+// from validated names. Index names carry the table's name because SQLite's
+// index names are global to the database file.
 func substitute(sql string, s settings) string {
-	return placeholderRE.ReplaceAllStringFunc(sql, func(ph string) string {
-		switch key := ph[2 : len(ph)-2]; key {
-		case "table":
-			return s.qTable
-		default:
-			return quoteIdent(s.table + "_" + strings.TrimPrefix(key, "name:"))
-		}
-	})
+	return migrations.Substitute(sql, map[string]string{"table": s.qTable}, s.table, quoteIdent)
 }
 
 // Migrator creates, upgrades and drops an outbox table with the embedded,
@@ -152,7 +61,7 @@ func NewMigrator(db *sql.DB, opts Options) (*Migrator, error) {
 }
 
 // Latest is the highest migration version this release knows.
-func (m *Migrator) Latest() int { return len(migrations) }
+func (m *Migrator) Latest() int { return len(embedded) }
 
 // Down reverts the last steps applied migrations, newest first, and returns
 // the versions it reverted. Reverting the first migration drops the table and
@@ -182,9 +91,9 @@ func (m *Migrator) Down(ctx context.Context, steps int) ([]int, error) {
 // order, followed by any versions recorded in the database that this release
 // does not know. It only reads.
 func (m *Migrator) List(ctx context.Context) ([]MigrationStatus, error) {
-	list := make([]MigrationStatus, len(migrations))
-	for i, mg := range migrations {
-		list[i] = MigrationStatus{Known: true, Name: mg.name, Version: mg.version}
+	list := make([]MigrationStatus, len(embedded))
+	for i, mg := range embedded {
+		list[i] = MigrationStatus{Known: true, Name: mg.Name, Version: mg.Version}
 	}
 	if err := m.needDB("list migrations"); err != nil {
 		return nil, err
@@ -234,25 +143,15 @@ func (m *Migrator) SQL(direction Direction) string {
 		return ""
 	}
 	var b strings.Builder
-	order := slices.Clone(migrations)
-	if direction == DirectionDown {
-		slices.Reverse(order)
-	}
-	for _, mg := range order {
-		sql := mg.up
-		if direction == DirectionDown {
-			sql = mg.down
-		}
-		fmt.Fprintf(&b, "-- %s\n%s\n", mg.file(direction), strings.TrimSpace(substitute(sql, m.set)))
-	}
+	b.WriteString(migrations.Dump(embedded, direction, func(sql string) string { return substitute(sql, m.set) }))
 	return b.String()
 }
 
 // To migrates up or down until version is the last applied one (0 drops
 // everything), and returns the versions it applied or reverted in order.
 func (m *Migrator) To(ctx context.Context, version int) ([]int, error) {
-	if version < 0 || version > len(migrations) {
-		return nil, fmt.Errorf("outboxsqlite: migrate %s to version %d: unknown version; this release knows versions 0 to %d", m.set.table, version, len(migrations))
+	if version < 0 || version > len(embedded) {
+		return nil, fmt.Errorf("outboxsqlite: migrate %s to version %d: unknown version; this release knows versions 0 to %d", m.set.table, version, len(embedded))
 	}
 	if err := m.needDB("migrate"); err != nil {
 		return nil, err
@@ -271,7 +170,7 @@ func (m *Migrator) To(ctx context.Context, version int) ([]int, error) {
 }
 
 // Up applies every migration not applied yet and returns their versions.
-func (m *Migrator) Up(ctx context.Context) ([]int, error) { return m.To(ctx, len(migrations)) }
+func (m *Migrator) Up(ctx context.Context) ([]int, error) { return m.To(ctx, len(embedded)) }
 
 func (m *Migrator) needDB(doing string) error {
 	if m.db == nil {
@@ -292,24 +191,24 @@ func (m *Migrator) step(ctx context.Context, target int) (version int, changed b
 		}
 		switch {
 		case current < target:
-			mg := migrations[current]
-			if _, err := c.ExecContext(ctx, substitute(mg.up, m.set)); err != nil {
-				return fmt.Errorf("apply %s: %w", mg.file(DirectionUp), err)
+			mg := embedded[current]
+			if _, err := c.ExecContext(ctx, substitute(mg.Up, m.set)); err != nil {
+				return fmt.Errorf("apply %s: %w", mg.File(DirectionUp), err)
 			}
 			if _, err := c.ExecContext(ctx, `INSERT INTO `+m.set.qMigr+` (version, name, applied_at) VALUES (?, ?, ?)`,
-				mg.version, mg.name, time.Now().UnixMicro()); err != nil {
-				return fmt.Errorf("record %s: %w", mg.file(DirectionUp), err)
+				mg.Version, mg.Name, time.Now().UnixMicro()); err != nil {
+				return fmt.Errorf("record %s: %w", mg.File(DirectionUp), err)
 			}
-			version, changed = mg.version, true
+			version, changed = mg.Version, true
 		case current > target:
-			mg := migrations[current-1]
-			if _, err := c.ExecContext(ctx, substitute(mg.down, m.set)); err != nil {
-				return fmt.Errorf("apply %s: %w", mg.file(DirectionDown), err)
+			mg := embedded[current-1]
+			if _, err := c.ExecContext(ctx, substitute(mg.Down, m.set)); err != nil {
+				return fmt.Errorf("apply %s: %w", mg.File(DirectionDown), err)
 			}
-			if _, err := c.ExecContext(ctx, `DELETE FROM `+m.set.qMigr+` WHERE version = ?`, mg.version); err != nil {
-				return fmt.Errorf("record %s: %w", mg.file(DirectionDown), err)
+			if _, err := c.ExecContext(ctx, `DELETE FROM `+m.set.qMigr+` WHERE version = ?`, mg.Version); err != nil {
+				return fmt.Errorf("record %s: %w", mg.File(DirectionDown), err)
 			}
-			version, changed = mg.version, true
+			version, changed = mg.Version, true
 		}
 		return nil
 	})
@@ -348,8 +247,8 @@ func (m *Migrator) prepare(ctx context.Context, c *sql.Conn) (int, error) {
 		return 0, fmt.Errorf("read migrations table: %w", err)
 	}
 	for i, v := range versions {
-		if v > len(migrations) {
-			return 0, fmt.Errorf("the database records migration version %d, which this release of outboxsqlite does not know (it knows 1 to %d); upgrade outboxsqlite", v, len(migrations))
+		if v > len(embedded) {
+			return 0, fmt.Errorf("the database records migration version %d, which this release of outboxsqlite does not know (it knows 1 to %d); upgrade outboxsqlite", v, len(embedded))
 		}
 		if v != i+1 {
 			return 0, fmt.Errorf("the migrations table %s records versions %v; expected 1 to %d without gaps", m.set.qMigr, versions, len(versions))
