@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,23 +17,13 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/clitest"
 	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
-// buildCLI compiles this command once per test binary.
-var buildCLI = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "outbox-cli-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "outbox")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, out)
-	}
-	return bin, nil
-})
+// buildCLI returns the outbox command, built once per test binary.
+func buildCLI() (string, error) { return clitest.Build() }
 
 // processDB is a migrated outbox table for tests that run relay processes:
 // how the processes reach it, and how this process writes to it and reads
@@ -171,8 +158,8 @@ func testRelayProcessKilledMidRunLosesNothing(t *testing.T, db processDB) {
 	relay := startRelay()
 	for k := range kills {
 		// Kill once this relay has published something new, at a random moment.
-		before := countLines(t, published)
-		waitUntil(t, 60*time.Second, fmt.Sprintf("relay %d to publish", k+1), func() bool { return countLines(t, published) > before })
+		before := clitest.Lines(t, published)
+		waitUntil(t, 60*time.Second, fmt.Sprintf("relay %d to publish", k+1), func() bool { return clitest.Lines(t, published) > before })
 		time.Sleep(time.Duration(rand.IntN(150)) * time.Millisecond)
 		if err := relay.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -195,7 +182,7 @@ func testRelayProcessKilledMidRunLosesNothing(t *testing.T, db processDB) {
 	_ = relay.Process.Signal(syscall.SIGTERM)
 	_ = relay.Wait()
 
-	counts := readPublished(t, published)
+	counts := clitest.Published(t, published)
 	duplicates := 0
 	for _, id := range ids {
 		switch n := counts[id]; {
@@ -213,40 +200,6 @@ func testRelayProcessKilledMidRunLosesNothing(t *testing.T, db processDB) {
 	if duplicates > bound {
 		t.Fatalf("%d duplicates after %d kills, want at most %d (batches in flight at the kills)", duplicates, kills, bound)
 	}
-}
-
-func countLines(t *testing.T, path string) int {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return bytes.Count(b, []byte{'\n'})
-}
-
-// readPublished counts each message id in a JSON-lines file. A torn last line
-// (a kill mid-write) is ignored: that message was not confirmed.
-func readPublished(t *testing.T, path string) map[uuid.UUID]int {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	counts := map[uuid.UUID]int{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var line struct{ ID uuid.UUID }
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			continue
-		}
-		counts[line.ID]++
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return counts
 }
 
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {

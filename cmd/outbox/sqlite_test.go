@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/clitest"
 	"github.com/go-outbox/outbox/outboxsqlite"
 )
 
@@ -114,7 +115,7 @@ func TestSQLiteTwoRelayProcessesPublishEveryMessageOnce(t *testing.T) {
 
 	counts := map[uuid.UUID]int{}
 	for i, p := range outputs {
-		got := readPublished(t, p)
+		got := clitest.Published(t, p)
 		if len(got) == 0 {
 			t.Errorf("relay %d published nothing; want both relays to share the work", i)
 		}

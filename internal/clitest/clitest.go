@@ -35,6 +35,9 @@ var build = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// Build returns the path of the outbox command, building it on first use.
+func Build() (string, error) { return build() }
+
 // Binary returns the path of the outbox command, building it on first use.
 func Binary(t testing.TB) string {
 	t.Helper()

@@ -38,7 +38,9 @@ func TestDumpFillsPlaceholdersInDirectionOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	quote := func(s string) string { return `"` + s + `"` }
-	fill := func(sql string) string { return Substitute(sql, map[string]string{"table": `"app"."outbox"`}, "outbox", quote) }
+	fill := func(sql string) string {
+		return Substitute(sql, map[string]string{"table": `"app"."outbox"`}, "outbox", quote)
+	}
 	up := Dump(ms, DirectionUp, fill)
 	want := "-- 001_create.up.sql\nCREATE TABLE \"app\".\"outbox\" (CONSTRAINT \"outbox_pkey\" ...);\n-- 002_index.up.sql\nCREATE INDEX \"outbox_idx\" ON \"app\".\"outbox\" (x);\n"
 	if up != want {
