@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -20,26 +21,28 @@ const (
 // done. Writers need not do anything: no notification is sent at commit,
 // and a commit costs nothing more.
 //
-// It takes one connection of the *sql.DB for good and runs PRAGMA
-// data_version on it every Options.WatchInterval (10 ms by default). SQLite
-// changes that number for a connection whenever another connection has
-// committed a change to the file. This is not a query to a server: it reads
-// the WAL index in the file's shared memory (the -shm file every connection
-// maps) under a shared file lock, and reads nothing from disk; an idle relay
-// still writes nothing. Measured on a 2-core machine: one check costs about
-// 10 µs in a tight loop and up to 80 µs when it runs alone every few
-// milliseconds (cold caches); a relay that watches at 10 ms uses about 1.7 %
-// of one core (3.3 % at 5 ms, 1.4 % at 20 ms), half of it Go's timer
-// wake-up itself, against 0.15 % for a relay that only polls. Checks that
-// find a change wake the relay, which then asks, without a transaction,
-// whether anything is due (a write transaction that changed nothing, such as
-// another relay's empty claim, leaves the number alone).
+// One watcher per Store does the work for all its listeners (several relays
+// on one Store share it): it takes one connection of the *sql.DB for as long
+// as anybody listens, and runs PRAGMA data_version on it every
+// Options.WatchInterval (10 ms by default). SQLite changes that number for a
+// connection whenever another connection has committed a change to the file.
+// This is not a query to a server: it reads the WAL index in the file's
+// shared memory (the -shm file every connection maps) under a shared file
+// lock, and reads nothing from disk; an idle relay still writes nothing.
+// Measured on a 2-core machine: one check costs about 10 µs in a tight loop
+// and up to 80 µs when it runs alone every few milliseconds (cold caches); a
+// relay that watches at 10 ms uses about 1.7 % of one core (3.3 % at 5 ms,
+// 1.4 % at 20 ms), half of it Go's timer wake-up itself, against 0.15 % for
+// a relay that only polls. Checks that find a change wake the relays, which
+// then ask, without a transaction, whether anything is due (a write
+// transaction that changed nothing, such as another relay's empty claim,
+// leaves the number alone).
 //
-// wake is also called each time watching starts, the first time included.
-// After a failure it starts again with a backoff from 100 ms doubling to
-// 5 s. With Options.PollOnly, or on a *sql.DB limited to one connection
-// (which the watcher would take from everybody else), it returns an error
-// at once and the relay only polls.
+// wake is also called when listening starts and each time the watcher
+// starts again after a failure (with a backoff from 100 ms doubling to
+// 5 s), since commits made meanwhile went unseen. With Options.PollOnly, or
+// on a *sql.DB limited to one connection (which the watcher would take from
+// everybody else), it returns an error at once and the relay only polls.
 func (s *Store) ListenForWrites(ctx context.Context, wake func()) error {
 	if s.set.pollOnly {
 		return errors.New("outboxsqlite: watching " + s.Name() + " for writes is off (Options.PollOnly); the relay polls")
@@ -47,18 +50,69 @@ func (s *Store) ListenForWrites(ctx context.Context, wake func()) error {
 	if s.db.Stats().MaxOpenConnections == 1 {
 		return errors.New("outboxsqlite: the *sql.DB of " + s.Name() + " is limited to one connection, which watching for writes would hold for good; the relay polls (allow two connections or more to watch)")
 	}
+	defer s.watchers.add(s, wake)()
+	wake() // commits made before this listener joined went unseen by it
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// watchers is the Store's one write watcher and its listeners' wake-ups.
+type watchers struct {
+	mu    sync.Mutex
+	wakes map[*func()]struct{}
+	stop  context.CancelFunc // ends the running watcher; nil if none runs
+}
+
+// add registers wake, starting the watcher for the first listener, and
+// returns the function that removes it (stopping the watcher after the
+// last).
+func (w *watchers) add(s *Store, wake func()) (remove func()) {
+	key := &wake
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.wakes == nil {
+		w.wakes = map[*func()]struct{}{}
+	}
+	w.wakes[key] = struct{}{}
+	if w.stop == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		w.stop = cancel
+		go s.watchUntil(ctx, w.wakeAll)
+	}
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.wakes, key)
+		if len(w.wakes) == 0 && w.stop != nil {
+			w.stop()
+			w.stop = nil
+		}
+	}
+}
+
+func (w *watchers) wakeAll() {
+	w.mu.Lock()
+	wakes := make([]func(), 0, len(w.wakes))
+	for f := range w.wakes {
+		wakes = append(wakes, *f)
+	}
+	w.mu.Unlock()
+	for _, wake := range wakes {
+		wake()
+	}
+}
+
+// watchUntil runs the watcher until ctx is done, starting it again after
+// failures with a backoff.
+func (s *Store) watchUntil(ctx context.Context, wake func()) {
 	backoff := listenBackoffMin
 	for {
-		err := s.watch(ctx, wake, func() { backoff = listenBackoffMin })
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		_ = err // the relay polls meanwhile; the next attempt may work
+		_ = s.watch(ctx, wake, func() { backoff = listenBackoffMin }) // the relays poll meanwhile
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return
 		case <-t.C:
 		}
 		backoff = min(backoff*2, listenBackoffMax)

@@ -122,3 +122,63 @@ func BenchmarkDataVersionCheck(b *testing.B) {
 		}
 	}
 }
+
+// Relays on one Store share its watcher: more listeners than the pool has
+// connections all hear of a commit, and the watcher holds one connection.
+func TestListenersShareOneWatcher(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, outboxsqlite.Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	const listeners = 20 // Open's pool has 8 connections
+	woken := make([]chan struct{}, listeners)
+	done := make(chan error, listeners)
+	for i := range woken {
+		woken[i] = make(chan struct{}, 1)
+		go func() {
+			done <- store.ListenForWrites(ctx, func() {
+				select {
+				case woken[i] <- struct{}{}:
+				default:
+				}
+			})
+		}()
+	}
+	// Every listener is woken once when it starts; wait for that, then drain.
+	for i := range woken {
+		select {
+		case <-woken[i]:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("listener %d was not woken when it started", i)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // let the watcher take its baseline
+	for i := range woken {
+		select {
+		case <-woken[i]:
+		default:
+		}
+	}
+	if inUse := store.DB().Stats().InUse; inUse > 1 {
+		t.Fatalf("%d listeners hold %d connections; want the watcher's one", listeners, inUse)
+	}
+
+	other := openMigrated(t, outboxsqlite.Path(store), outboxsqlite.Options{}, nil)
+	w := newWriter(t, other)
+	if err := other.RunInTx(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, &outbox.Message{Topic: "t"}) }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range woken {
+		select {
+		case <-woken[i]:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("listener %d was not woken by a commit of another connection", i)
+		}
+	}
+	cancel()
+	for range listeners {
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("ListenForWrites returned %v after cancel; want context.Canceled", err)
+		}
+	}
+}

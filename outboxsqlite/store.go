@@ -27,6 +27,7 @@ type Store struct {
 
 	insertChunk string      // insert statement for insertChunkRows messages
 	purging     atomic.Bool // a PurgePublished of this Store is running
+	watchers    watchers    // the write watcher of ListenForWrites
 }
 
 // The interfaces Store implements.
