@@ -141,6 +141,14 @@ rmq_live_pid() {
   echo "$pid"
 }
 rmq_pid() { rmq_live_pid "$1/rabbitmq.pid" "-home $1 "; }
+# rmq_script_pid BASE: the pid of the rabbitmq-server script that started the node, while it
+# runs (it waits for the VM, and forwards SIGTERM to it).
+rmq_script_pid() {
+  local pid
+  pid=$(rmq_live_pid "$1/server-script.pid" rabbitmq-server) || return 1
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "HOME=$1" || return 1
+  echo "$pid"
+}
 rmq_epmd_pid() { rmq_live_pid "$1/epmd.pid" "-port $(rmq_var "$1" ERL_EPMD_PORT) "; }
 
 # rmq_start BASE: start the node of BASE (rmq_init'ed) in the background and return at once;
@@ -193,18 +201,20 @@ rmq_wait() {
 rmq_stop() {
   local base=$1 pid i t0 script
   [ -f "$base/env" ] || return 0
-  if pid=$(rmq_pid "$base"); then
+  # No pid file yet while the node boots: then signal the server script, which passes it on.
+  if pid=$(rmq_pid "$base") || pid=$(rmq_script_pid "$base"); then
     t0=$(date +%s%N)
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < 300; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     if kill -0 "$pid" 2>/dev/null; then
       rmq_log "RabbitMQ (pid $pid) still running 30 s after SIGTERM: SIGKILL"
       kill -KILL "$pid" 2>/dev/null || true
+      if pid=$(rmq_pid "$base"); then kill -KILL "$pid" 2>/dev/null || true; fi
     fi
     rmq_log "RabbitMQ on 127.0.0.1:$(rmq_var "$base" RABBITMQ_NODE_PORT) stopped: $(rmq_ms_since "$t0") ms"
   fi
   # The server script exits after the VM; reap it if it is our child.
-  if script=$(cat "$base/server-script.pid" 2>/dev/null) && [ -n "$script" ]; then
+  if script=$(rmq_script_pid "$base"); then
     for ((i = 0; i < 50; i++)); do kill -0 "$script" 2>/dev/null || break; sleep 0.1; done
     wait "$script" 2>/dev/null || true
   fi
