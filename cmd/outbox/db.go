@@ -62,15 +62,33 @@ func (g *globalFlags) open(ctx context.Context, notify bool) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme, _, _ := strings.Cut(raw, "://")
-	switch strings.ToLower(scheme) {
+	switch scheme := urlScheme(raw); scheme {
 	case "postgres", "postgresql":
 		return g.openPostgres(ctx, raw, notify)
-	case "sqlite", sqliteOpaque(raw): // sqlite:///abs/app.db, sqlite:relative/app.db
+	case "sqlite": // sqlite:///abs/app.db, sqlite:relative/app.db
 		return g.openSQLite(ctx, raw)
+	case "":
+		return nil, usagef("the database URL is not a URL; use postgres://user:password@host:5432/db or sqlite:///path/app.db")
 	default:
-		return nil, usagef("database URL scheme %q is not supported; use postgres://user:password@host:5432/db", scheme)
+		return nil, usagef("database URL scheme %q is not supported; use postgres://user:password@host:5432/db or sqlite:///path/app.db", scheme)
 	}
+}
+
+// urlScheme returns the lower-cased scheme of raw, or "" if raw does not
+// start with one. It never returns more of raw: a key=value connection
+// string could hold a password.
+func urlScheme(raw string) string {
+	scheme, _, ok := strings.Cut(raw, ":")
+	if !ok || scheme == "" {
+		return ""
+	}
+	for i, c := range scheme {
+		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+		if !letter && (i == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return ""
+		}
+	}
+	return strings.ToLower(scheme)
 }
 
 func (g *globalFlags) openPostgres(ctx context.Context, raw string, notify bool) (*backend, error) {

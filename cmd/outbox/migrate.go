@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/outboxsqlite"
 )
 
 func newMigrateCommand(g *globalFlags) *cobra.Command {
@@ -88,7 +90,8 @@ func newMigrateCommand(g *globalFlags) *cobra.Command {
 		Use:   "sql [up|down]",
 		Short: "Print the migrations' SQL, for teams that apply it with another tool",
 		Long: `sql prints the SQL of every migration in the given direction (default up), with
-the schema and table names filled in. It needs no database connection.`,
+the schema and table names filled in. It connects to no database: the scheme of
+--database-url (or DATABASE_URL) only picks the dialect, PostgreSQL when none is given.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := outboxpg.DirectionUp
@@ -101,11 +104,11 @@ the schema and table names filled in. It needs no database connection.`,
 					return usagef("migrate sql %q: use up or down", args[0])
 				}
 			}
-			m, err := outboxpg.NewMigrator(nil, outboxpg.Options{Schema: g.schema, Table: g.table})
+			sql, err := g.migrationSQL(dir)
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprint(cmd.OutOrStdout(), m.SQL(dir))
+			_, err = fmt.Fprint(cmd.OutOrStdout(), sql)
 			return err
 		},
 	}
@@ -145,4 +148,25 @@ func (p pgMigrator) List(ctx context.Context) ([]migrationStatus, error) {
 		out[i] = migrationStatus{Version: s.Version, Name: s.Name, Applied: s.Applied, AppliedAt: s.AppliedAt}
 	}
 	return out, nil
+}
+
+// migrationSQL returns the migrations' SQL in the dialect the database URL
+// names, PostgreSQL when there is none.
+func (g *globalFlags) migrationSQL(dir outboxpg.Direction) (string, error) {
+	raw := g.databaseURL
+	if raw == "" {
+		raw = os.Getenv("DATABASE_URL")
+	}
+	if urlScheme(raw) == "sqlite" {
+		m, err := outboxsqlite.NewMigrator(nil, outboxsqlite.Options{Table: g.table})
+		if err != nil {
+			return "", err
+		}
+		return m.SQL(dir), nil
+	}
+	m, err := outboxpg.NewMigrator(nil, outboxpg.Options{Schema: g.schema, Table: g.table})
+	if err != nil {
+		return "", err
+	}
+	return m.SQL(dir), nil
 }

@@ -88,7 +88,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 	f.DurationVar(&cfg.PollInterval, "poll-interval", outbox.PollIntervalDefault, "longest wait between looks at the table")
 	f.DurationVar(&cfg.ActivePollInterval, "active-poll-interval", outbox.ActivePollIntervalDefault, "first wait after work was found (doubles up to --poll-interval)")
 	f.DurationVar(&cfg.Retention, "retention", outbox.RetentionDefault, "keep published messages this long (0 deletes them on publish)")
-	f.BoolVar(&cfg.DisableListen, "poll-only", false, "do not LISTEN for writers' notifications (behind a transaction-mode pooler)")
+	f.BoolVar(&cfg.DisableListen, "poll-only", false, "poll only: no PostgreSQL LISTEN (needed behind a transaction-mode pooler), no SQLite change watcher")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
 	return cmd
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,16 +22,6 @@ import (
 // Only `migrate up` creates a missing file. The other commands fail with an
 // error that says to run it; a relay started before the file exists logs
 // that error and starts working once `migrate up` has run.
-
-// sqliteOpaque returns what the scheme switch of open sees for a URL
-// without "//" such as sqlite:data/app.db (the whole URL, lower-cased), so
-// that its `case` matches it; for any other URL it returns "sqlite".
-func sqliteOpaque(raw string) string {
-	if len(raw) >= len("sqlite:") && strings.EqualFold(raw[:len("sqlite:")], "sqlite:") && !strings.Contains(raw, "://") {
-		return strings.ToLower(raw)
-	}
-	return "sqlite"
-}
 
 // sqlitePath returns the file a sqlite: URL names.
 func sqlitePath(raw string) (string, error) {
