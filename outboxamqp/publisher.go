@@ -577,7 +577,7 @@ func (p *Publisher) connect(ctx context.Context) (*connection, error) {
 }
 
 func (p *Publisher) dial(d *dialAttempt) {
-	conn, err := p.open()
+	conn, err := p.dialBroker()
 	p.mu.Lock()
 	p.dialing = nil
 	failures := p.dialFailures
@@ -619,8 +619,8 @@ func redialDelay(failures int) time.Duration {
 	return min(d, 2*time.Second)
 }
 
-// open dials the broker and watches the new connection.
-func (p *Publisher) open() (*connection, error) {
+// dialBroker dials the broker and watches the new connection.
+func (p *Publisher) dialBroker() (*connection, error) {
 	cfg := p.cfg.AMQP
 	if cfg.Properties == nil {
 		cfg.Properties = amqp.NewConnectionProperties()
