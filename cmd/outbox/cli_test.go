@@ -175,3 +175,28 @@ func TestRedactRemovesPasswordsFromURLsAndKeyValueStrings(t *testing.T) {
 		}
 	}
 }
+
+func TestMigrateSQLSpeaksTheDialectOfTheDatabaseURL(t *testing.T) {
+	t.Parallel()
+	out := mustCLI(t, "migrate", "sql", "--database-url", "sqlite:app.db", "--table", "events_outbox")
+	if !strings.Contains(out, "CREATE TABLE") || strings.Contains(out, "jsonb") || strings.Contains(out, "CREATE SCHEMA") {
+		t.Fatalf("migrate sql for sqlite: printed:\n%s\nwant SQLite DDL", out)
+	}
+}
+
+func TestURLSchemeNeverReturnsMoreThanTheScheme(t *testing.T) {
+	t.Parallel()
+	for raw, want := range map[string]string{
+		"postgres://u:p@h/db":             "postgres",
+		"POSTGRESQL://h/db":               "postgresql",
+		"sqlite:relative.db":              "sqlite",
+		"sqlite:///abs/app.db":            "sqlite",
+		"host=h password=secret:1 user=u": "",
+		"":                                "",
+		"no-colon":                        "",
+	} {
+		if got := urlScheme(raw); got != want {
+			t.Errorf("urlScheme(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
