@@ -40,6 +40,9 @@ Publishers (--publisher); secrets in URLs are never logged:
 				return err
 			}
 			cfg.Logger = logger
+			// Publishers log connection events to slog.Default(): route them
+			// through the same level and password redaction.
+			slog.SetDefault(logger)
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
