@@ -156,6 +156,7 @@ func (e *env) idleWindow(ctx context.Context, opts outboxpg.Options, mode idleMo
 // statementCounter is a pgx tracer counting what a pool sends.
 type statementCounter struct {
 	statements, roundTrips atomic.Int64
+	batches                atomic.Int64 // pipelined batches: the relay's Exchanges
 }
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -166,6 +167,7 @@ func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ p
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	c.roundTrips.Add(1)
+	c.batches.Add(1)
 	return ctx
 }
 func (c *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {

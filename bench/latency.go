@@ -55,7 +55,11 @@ func (e *env) measureLatency(ctx context.Context, mode latencyMode, rate int) (L
 	}
 	defer drop()
 
-	relayPool, err := e.pool(ctx, poolOptions{maxConns: outbox.WorkersDefault + 2 + latencyWriters})
+	// The relay's Exchanges are the pool's only pipelined batches (the
+	// writers send plain statements), so the tracer counts them even when
+	// the writers share the pool.
+	count := &statementCounter{}
+	relayPool, err := e.pool(ctx, poolOptions{maxConns: outbox.WorkersDefault + 2 + latencyWriters, tracer: count})
 	if err != nil {
 		return res, err
 	}
@@ -108,11 +112,15 @@ func (e *env) measureLatency(ctx context.Context, mode latencyMode, rate int) (L
 		}
 		return writerStore.RunInTx(ctx, write) // no in-process wake-up
 	}
+	exchanges := count.batches.Load()
 	committed, achieved, err := e.schedule(ctx, rate, commit)
 	if err != nil {
 		return res, err
 	}
 	res.Achieved = achieved
+	if n := rec.count(); n > 0 {
+		res.ExchangesPerMessage = float64(count.batches.Load()-exchanges) / float64(n)
+	}
 
 	// Let the last messages arrive; a poll-only relay may wait up to a poll.
 	deadline := time.Now().Add(outbox.PollIntervalDefault + 4*time.Second)
@@ -214,6 +222,12 @@ func (r *latencyRecorder) Publish(_ context.Context, msgs []outbox.Message) []er
 	}
 	r.mu.Unlock()
 	return make([]error, len(msgs))
+}
+
+func (r *latencyRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.published)
 }
 
 func (r *latencyRecorder) has(committed map[uuid.UUID]time.Time) bool {

@@ -45,11 +45,15 @@ type Throughput struct {
 	Name      string // relay, ceiling, watermill, writers
 	Publisher string // noop, nats, ...; relay only
 	Label     string // the writers' transaction
-	Batch     int
-	Relays    int // relays (or loops) working at once
-	Backlog   int
-	Runs      []float64 // msgs/s of each repeat
-	WAL       walUsage  // of the median run
+	// Variant names an experiment on the relay's sessions (e.g.
+	// synchronous_commit=off); empty for the relay as shipped. Variants are
+	// left out of the targets and the chart.
+	Variant string
+	Batch   int
+	Relays  int // relays (or loops) working at once
+	Backlog int
+	Runs    []float64 // msgs/s of each repeat
+	WAL     walUsage  // of the median run
 }
 
 // Median returns the median of the runs (the lower middle one for an even
@@ -90,6 +94,9 @@ type Latency struct {
 	P50, P95  time.Duration
 	P99, Max  time.Duration
 	Published float64 // fraction of samples published
+	// ExchangesPerMessage is the relay's claim round trips (Store.Exchange)
+	// per message published, warm-up included.
+	ExchangesPerMessage float64
 }
 
 // WriterResult is the writer's cost on a business transaction.

@@ -214,6 +214,13 @@ func (e *env) drains(ctx context.Context, r *Report, brokers bool) error {
 				})
 			}
 		}
+		for name, params := range relayVariants {
+			for _, batch := range []int{10, 100, 1000} {
+				add(&r.Drain, Throughput{Name: "relay", Publisher: "noop", Variant: name, Batch: batch, Relays: 1}, func(ctx context.Context) (float64, walUsage, error) {
+					return e.drainRelaysWith(ctx, "noop", batch, 1, params)
+				})
+			}
+		}
 	} else {
 		for _, pub := range e.opts.Publishers {
 			for _, batch := range []int{100, 1000} {

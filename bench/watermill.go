@@ -111,6 +111,7 @@ func (e *env) drainWatermill(ctx context.Context, batch int) (float64, walUsage,
 // transactions of 1,000, as many application transactions would leave them
 // (the subscriber orders by transaction id, then offset).
 func (e *env) fillWatermill(ctx context.Context, db *sql.DB, schema string) error {
+	e.checkpoint(ctx)
 	payload := base64.StdEncoding.EncodeToString(payloadOf(e.opts.PayloadBytes))
 	meta, _ := json.Marshal(map[string]string{"content-type": "application/octet-stream"})
 	const chunk = 1000
