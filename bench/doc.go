@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -36,8 +37,30 @@ func WriteDoc(path string, r *Report) error {
 			return err
 		}
 	}
+	// The measurements themselves, so the doc can be rendered again
+	// (`outbox bench --render`) after its text changes, without measuring.
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
 	md := r.Doc(filepath.Base(dir))
 	return os.WriteFile(path, []byte(md), 0o644)
+}
+
+// ReadReport reads a report saved by WriteDoc (results.json).
+func ReadReport(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{}
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
 }
 
 // notesOf returns the text between the notes markers, or "".

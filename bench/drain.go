@@ -18,8 +18,8 @@ const drainTimeout = 10 * time.Minute
 
 // repeat runs one drain opts.Repeats times and keeps every rate; the WAL
 // figures are those of the median run.
-func (e *env) repeat(ctx context.Context, t Throughput, run func(ctx context.Context) (float64, walUsage, error)) (Throughput, error) {
-	var wals []walUsage
+func (e *env) repeat(ctx context.Context, t Throughput, run func(ctx context.Context) (float64, WALUsage, error)) (Throughput, error) {
+	var wals []WALUsage
 	for i := range e.opts.Repeats {
 		rate, wal, err := run(ctx)
 		if err != nil {
@@ -59,7 +59,7 @@ func (t Throughput) title() string {
 // opts.Backlog messages to the named publisher. The clock runs from starting
 // the relays until every message was confirmed and the relays shut down
 // (so the last deletions are recorded too).
-func (e *env) drainRelays(ctx context.Context, publisher string, batch, relays int) (float64, walUsage, error) {
+func (e *env) drainRelays(ctx context.Context, publisher string, batch, relays int) (float64, WALUsage, error) {
 	return e.drainRelaysWith(ctx, publisher, batch, relays, nil)
 }
 
@@ -75,22 +75,22 @@ var relayVariants = map[string]map[string]string{
 }
 
 // drainRelaysWith is drainRelays with session settings for the relays' pools.
-func (e *env) drainRelaysWith(ctx context.Context, publisher string, batch, relays int, params map[string]string) (float64, walUsage, error) {
+func (e *env) drainRelaysWith(ctx context.Context, publisher string, batch, relays int, params map[string]string) (float64, WALUsage, error) {
 	factory, err := publisherFactory(publisher)
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	opts, drop, err := e.outboxTable(ctx, "drain")
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	defer drop()
 	if err := e.fill(ctx, opts, e.opts.Backlog); err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	pub, closePub, err := factory(ctx)
 	if err != nil {
-		return 0, walUsage{}, fmt.Errorf("open publisher %s: %w", publisher, err)
+		return 0, WALUsage{}, fmt.Errorf("open publisher %s: %w", publisher, err)
 	}
 	defer closePub()
 	counter := newCounting(pub, e.opts.Backlog)
@@ -111,23 +111,23 @@ func (e *env) drainRelaysWith(ctx context.Context, publisher string, batch, rela
 		// Workers, plus the idle probe and the LISTEN connection.
 		p, err := e.pool(ctx, poolOptions{maxConns: outbox.WorkersDefault + 2, params: params})
 		if err != nil {
-			return 0, walUsage{}, err
+			return 0, WALUsage{}, err
 		}
 		pools = append(pools, p)
 		store, err := outboxpg.New(p, opts)
 		if err != nil {
-			return 0, walUsage{}, err
+			return 0, WALUsage{}, err
 		}
 		r, err := outbox.NewRelay(store, counter, cfg)
 		if err != nil {
-			return 0, walUsage{}, err
+			return 0, WALUsage{}, err
 		}
 		rs = append(rs, r)
 	}
 
 	before, err := e.walCounters(ctx)
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	start := time.Now()
 	runCtx, cancel := context.WithCancel(ctx)
@@ -155,12 +155,12 @@ func (e *env) drainRelaysWith(ctx context.Context, publisher string, batch, rela
 		<-done
 	}
 	if waitErr != nil {
-		return 0, walUsage{}, waitErr
+		return 0, WALUsage{}, waitErr
 	}
 	closePools() // their backends flush their WAL statistics on exit
 	wal, err := e.walSince(ctx, before)
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	return float64(e.opts.Backlog) / elapsed.Seconds(), wal, nil
 }
@@ -175,25 +175,25 @@ const ceilingSQL = `DELETE FROM %[1]s WHERE id IN (
 RETURNING id, topic, key, payload, headers, created_at`
 
 // drainCeiling runs loops concurrent delete loops over the same backlog.
-func (e *env) drainCeiling(ctx context.Context, batch, loops int) (float64, walUsage, error) {
+func (e *env) drainCeiling(ctx context.Context, batch, loops int) (float64, WALUsage, error) {
 	opts, drop, err := e.outboxTable(ctx, "ceiling")
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	defer drop()
 	if err := e.fill(ctx, opts, e.opts.Backlog); err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	pool, err := e.pool(ctx, poolOptions{maxConns: int32(loops)})
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	defer pool.Close()
 	q := fmt.Sprintf(ceilingSQL, quote(opts.Schema)+".outbox")
 
 	before, err := e.walCounters(ctx)
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	start := time.Now()
 	errs := make(chan error, loops)
@@ -206,12 +206,12 @@ func (e *env) drainCeiling(ctx context.Context, batch, loops int) (float64, walU
 	}
 	elapsed := time.Since(start)
 	if loopErr != nil {
-		return 0, walUsage{}, loopErr
+		return 0, WALUsage{}, loopErr
 	}
 	pool.Close()
 	wal, err := e.walSince(ctx, before)
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	return float64(e.opts.Backlog) / elapsed.Seconds(), wal, nil
 }

@@ -213,8 +213,8 @@ func (e *env) walCounters(ctx context.Context) (walCounters, error) {
 	return c, err
 }
 
-// walUsage is what a run cost in WAL.
-type walUsage struct {
+// WALUsage is what a run cost in WAL.
+type WALUsage struct {
 	Bytes int64 // WAL bytes written
 	Xids  int64 // transaction ids assigned: write transactions
 	Syncs int64 // WAL fsyncs (pg_stat_wal.wal_sync; needs a 1 s stats flush)
@@ -223,17 +223,17 @@ type walUsage struct {
 // walSince returns the WAL used since before. Backends flush their I/O
 // statistics at most once a second (and when they exit), so callers close
 // their pools first and this waits for the rest to arrive.
-func (e *env) walSince(ctx context.Context, before walCounters) (walUsage, error) {
+func (e *env) walSince(ctx context.Context, before walCounters) (WALUsage, error) {
 	select {
 	case <-ctx.Done():
-		return walUsage{}, ctx.Err()
+		return WALUsage{}, ctx.Err()
 	case <-time.After(1100 * time.Millisecond):
 	}
 	after, err := e.walCounters(ctx)
 	if err != nil {
-		return walUsage{}, err
+		return WALUsage{}, err
 	}
-	return walUsage{Bytes: after.lsn - before.lsn, Xids: after.xmax - before.xmax, Syncs: after.sync - before.sync}, nil
+	return WALUsage{Bytes: after.lsn - before.lsn, Xids: after.xmax - before.xmax, Syncs: after.sync - before.sync}, nil
 }
 
 func payloadOf(n int) []byte {

@@ -152,10 +152,11 @@ func (r *Report) Markdown(charts bool) string {
 
 	if len(r.Drain) > 0 || len(r.Ceiling) > 0 || len(r.Watermill) > 0 {
 		p("## Relay throughput\n\n")
-		p("Each run drains a backlog of %s pending messages (%d-byte payloads, filled with COPY, then `VACUUM ANALYZE`) in a fresh schema; "+
+		p("Each run drains a backlog of %s pending messages (%d-byte payloads, filled with COPY after a `CHECKPOINT`, then `VACUUM ANALYZE`) in a fresh schema; "+
 			"the figure is the median of %d runs, interleaved so load from elsewhere hits every configuration alike. "+
 			"Relays are separate `outbox.Relay` instances, each with its own pool, default config (2 workers) but the batch size; "+
 			"the clock stops when every message was confirmed and the relays shut down (last deletions recorded). "+
+			"Rows marked *experiment* change one session setting of the relays' pools, to measure a proposed change before making it. "+
 			"WAL figures are cluster-wide deltas over the median run: bytes from `pg_current_wal_lsn()`, write transactions from assigned transaction ids, fsyncs from `pg_stat_wal.wal_sync`.\n\n",
 			thousands(float64(r.Options.Backlog)), r.Options.PayloadBytes, r.Options.Repeats)
 		if charts {

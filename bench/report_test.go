@@ -41,7 +41,7 @@ func TestMedianAndPercentileUseNearestRank(t *testing.T) {
 func sampleReport() *Report {
 	tp := func(name, pub string, batch, relays int, rate float64) Throughput {
 		return Throughput{Name: name, Publisher: pub, Batch: batch, Relays: relays, Backlog: 100000, Runs: []float64{rate, rate * 0.9, rate * 1.1},
-			WAL: walUsage{Bytes: 100000 * 800, Xids: 100, Syncs: 120}}
+			WAL: WALUsage{Bytes: 100000 * 800, Xids: 100, Syncs: 120}}
 	}
 	return &Report{
 		Command: "scripts/bench",

@@ -53,7 +53,7 @@ type Throughput struct {
 	Relays  int // relays (or loops) working at once
 	Backlog int
 	Runs    []float64 // msgs/s of each repeat
-	WAL     walUsage  // of the median run
+	WAL     WALUsage  // of the median run
 }
 
 // Median returns the median of the runs (the lower middle one for an even

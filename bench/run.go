@@ -23,8 +23,8 @@ import (
 // Options configures a benchmark run. Zero fields take the defaults below.
 type Options struct {
 	// DatabaseURL is the PostgreSQL server. Use a private one: the idle
-	// and WAL figures read cluster-wide counters.
-	DatabaseURL string
+	// and WAL figures read cluster-wide counters. Never saved.
+	DatabaseURL string `json:"-"`
 	// Backlog is how many messages each drain publishes. Default 100,000.
 	Backlog int
 	// Growth is how many messages the growth run writes. Default 1,000,000.
@@ -42,7 +42,7 @@ type Options struct {
 	// PayloadBytes is every message's payload size. Default 256.
 	PayloadBytes int
 	// Progress receives progress lines (stderr in the CLI); nil is silent.
-	Progress io.Writer
+	Progress io.Writer `json:"-"`
 	// Publishers are the drain's destinations besides noop (see
 	// RegisterPublisher); their drains run in the brokers step.
 	Publishers []string
@@ -188,35 +188,35 @@ func (e *env) drains(ctx context.Context, r *Report, brokers bool) error {
 	type plan struct {
 		list *[]Throughput
 		i    int
-		run  func(context.Context) (float64, walUsage, error)
+		run  func(context.Context) (float64, WALUsage, error)
 	}
 	var plans []plan
-	add := func(list *[]Throughput, t Throughput, run func(context.Context) (float64, walUsage, error)) {
+	add := func(list *[]Throughput, t Throughput, run func(context.Context) (float64, WALUsage, error)) {
 		t.Backlog = e.opts.Backlog
 		*list = append(*list, t)
 		plans = append(plans, plan{list, len(*list) - 1, run})
 	}
 	if !brokers {
 		for _, batch := range []int{10, 100, 1000} {
-			add(&r.Ceiling, Throughput{Name: "ceiling", Batch: batch, Relays: 1}, func(ctx context.Context) (float64, walUsage, error) {
+			add(&r.Ceiling, Throughput{Name: "ceiling", Batch: batch, Relays: 1}, func(ctx context.Context) (float64, WALUsage, error) {
 				return e.drainCeiling(ctx, batch, 1)
 			})
 		}
 		for _, batch := range []int{0, 1000} {
-			add(&r.Watermill, Throughput{Name: "watermill", Batch: batch, Relays: 1}, func(ctx context.Context) (float64, walUsage, error) {
+			add(&r.Watermill, Throughput{Name: "watermill", Batch: batch, Relays: 1}, func(ctx context.Context) (float64, WALUsage, error) {
 				return e.drainWatermill(ctx, batch)
 			})
 		}
 		for _, batch := range []int{10, 100, 1000} {
 			for _, relays := range []int{1, 2, 4} {
-				add(&r.Drain, Throughput{Name: "relay", Publisher: "noop", Batch: batch, Relays: relays}, func(ctx context.Context) (float64, walUsage, error) {
+				add(&r.Drain, Throughput{Name: "relay", Publisher: "noop", Batch: batch, Relays: relays}, func(ctx context.Context) (float64, WALUsage, error) {
 					return e.drainRelays(ctx, "noop", batch, relays)
 				})
 			}
 		}
 		for name, params := range relayVariants {
 			for _, batch := range []int{10, 100, 1000} {
-				add(&r.Drain, Throughput{Name: "relay", Publisher: "noop", Variant: name, Batch: batch, Relays: 1}, func(ctx context.Context) (float64, walUsage, error) {
+				add(&r.Drain, Throughput{Name: "relay", Publisher: "noop", Variant: name, Batch: batch, Relays: 1}, func(ctx context.Context) (float64, WALUsage, error) {
 					return e.drainRelaysWith(ctx, "noop", batch, 1, params)
 				})
 			}
@@ -225,7 +225,7 @@ func (e *env) drains(ctx context.Context, r *Report, brokers bool) error {
 		for _, pub := range e.opts.Publishers {
 			for _, batch := range []int{100, 1000} {
 				for _, relays := range []int{1, 4} {
-					add(&r.Drain, Throughput{Name: "relay", Publisher: pub, Batch: batch, Relays: relays}, func(ctx context.Context) (float64, walUsage, error) {
+					add(&r.Drain, Throughput{Name: "relay", Publisher: pub, Batch: batch, Relays: relays}, func(ctx context.Context) (float64, WALUsage, error) {
 						return e.drainRelays(ctx, pub, batch, relays)
 					})
 				}
@@ -235,7 +235,7 @@ func (e *env) drains(ctx context.Context, r *Report, brokers bool) error {
 			e.logf("no broker publisher registered or selected: skipped")
 		}
 	}
-	wals := make([][]walUsage, len(plans))
+	wals := make([][]WALUsage, len(plans))
 	for rep := range e.opts.Repeats {
 		for i, p := range plans {
 			t := &(*p.list)[p.i]

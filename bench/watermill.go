@@ -34,10 +34,10 @@ const wmTopic = "forwarder_topic"
 // drainWatermill fills the forwarder topic with opts.Backlog enveloped
 // messages and times the forwarder until all of them reached the
 // destination publisher. batch 0 keeps the SQL subscriber's default (100).
-func (e *env) drainWatermill(ctx context.Context, batch int) (float64, walUsage, error) {
+func (e *env) drainWatermill(ctx context.Context, batch int) (float64, WALUsage, error) {
 	schema, drop, err := e.schema(ctx, "watermill")
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	defer drop()
 
@@ -45,7 +45,7 @@ func (e *env) drainWatermill(ctx context.Context, batch int) (float64, walUsage,
 	// the search path of every connection.
 	cfg, err := pgx.ParseConfig(e.opts.DatabaseURL)
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	cfg.RuntimeParams["search_path"] = schema
 	db := stdlib.OpenDB(*cfg)
@@ -56,14 +56,14 @@ func (e *env) drainWatermill(ctx context.Context, batch int) (float64, walUsage,
 		OffsetsAdapter: wsql.DefaultPostgreSQLOffsetsAdapter{},
 	}, watermill.NopLogger{})
 	if err != nil {
-		return 0, walUsage{}, fmt.Errorf("watermill subscriber: %w", err)
+		return 0, WALUsage{}, fmt.Errorf("watermill subscriber: %w", err)
 	}
 	defer sub.Close()
 	if err := sub.SubscribeInitialize(wmTopic); err != nil {
-		return 0, walUsage{}, fmt.Errorf("watermill schema: %w", err)
+		return 0, WALUsage{}, fmt.Errorf("watermill schema: %w", err)
 	}
 	if err := e.fillWatermill(ctx, db, schema); err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 
 	out := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
@@ -71,12 +71,12 @@ func (e *env) drainWatermill(ctx context.Context, batch int) (float64, walUsage,
 	pub := &wmCounting{Publisher: out, target: int64(e.opts.Backlog), done: make(chan struct{})}
 	fwd, err := forwarder.NewForwarder(sub, pub, watermill.NopLogger{}, forwarder.Config{})
 	if err != nil {
-		return 0, walUsage{}, fmt.Errorf("watermill forwarder: %w", err)
+		return 0, WALUsage{}, fmt.Errorf("watermill forwarder: %w", err)
 	}
 
 	before, err := e.walCounters(ctx)
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	start := time.Now()
 	runErr := make(chan error, 1)
@@ -94,13 +94,13 @@ func (e *env) drainWatermill(ctx context.Context, batch int) (float64, walUsage,
 	elapsed := time.Since(start)
 	_ = fwd.Close()
 	if waitErr != nil {
-		return 0, walUsage{}, waitErr
+		return 0, WALUsage{}, waitErr
 	}
 	_ = sub.Close()
 	_ = db.Close()
 	wal, err := e.walSince(ctx, before)
 	if err != nil {
-		return 0, walUsage{}, err
+		return 0, WALUsage{}, err
 	}
 	return float64(e.opts.Backlog) / elapsed.Seconds(), wal, nil
 }

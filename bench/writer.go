@@ -159,9 +159,9 @@ func (e *env) measureWriter(ctx context.Context) (*WriterResult, error) {
 
 	for _, v := range []writerVariant{writerVariants[0], writerVariants[1], writerVariants[2], writerVariants[4]} {
 		t := Throughput{Name: "writers", Label: v.name, Relays: concurrentWriters}
-		t, err := e.repeat(ctx, t, func(ctx context.Context) (float64, walUsage, error) {
+		t, err := e.repeat(ctx, t, func(ctx context.Context) (float64, WALUsage, error) {
 			rate, err := e.concurrentWriters(ctx, v)
-			return rate, walUsage{}, err
+			return rate, WALUsage{}, err
 		})
 		if err != nil {
 			return nil, err

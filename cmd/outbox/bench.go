@@ -18,6 +18,7 @@ func newBenchCommand(g *globalFlags) *cobra.Command {
 		pubs    string
 		out     string
 		command string
+		render  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -27,12 +28,27 @@ backlog (with the raw DELETE ceiling and watermill's forwarder as references),
 commit-to-publish latency, writer overhead, idle cost and table growth with
 retention. Each measurement works in a fresh schema that it drops afterwards.
 It prints the result tables (markdown) on stdout, progress on stderr, and
-writes --out with SVG charts next to it.
+writes --out with SVG charts and the raw results (results.json) next to it;
+--render results.json writes the doc again from them.
 
 Use a private server (scripts/bench starts one): the idle and WAL figures
 read cluster-wide counters. Steps: ` + strings.Join(bench.Steps, ", ") + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if render != "" {
+				// Re-render a saved run: no database, no measurement.
+				report, err := bench.ReadReport(render)
+				if err != nil {
+					return err
+				}
+				fmt.Fprint(cmd.OutOrStdout(), report.Markdown(false))
+				if out != "" {
+					if err := bench.WriteDoc(out, report); err != nil {
+						return fmt.Errorf("write %s: %w", out, err)
+					}
+				}
+				return nil
+			}
 			url, err := g.resolveURL()
 			if err != nil {
 				return err
@@ -88,6 +104,7 @@ read cluster-wide counters. Steps: ` + strings.Join(bench.Steps, ", ") + `.`,
 	f.DurationVar(&opts.IdleDuration, "idle-duration", 0, "idle measurement window (default 20s)")
 	f.DurationVar(&opts.WriterDuration, "writer-duration", 0, "each concurrent-writers run (default 4s)")
 	f.IntVar(&opts.WriterTransactions, "writer-transactions", 0, "transactions of each kind for the writer overhead (default 2000)")
+	f.StringVar(&render, "render", "", "render the doc again from a saved run (the results.json written next to --out), without measuring")
 	f.StringVar(&command, "command", "", "the command recorded in the doc (default: this command line)")
 	_ = f.MarkHidden("command")
 	return cmd
