@@ -113,6 +113,10 @@ func (r *Report) Doc(chartDir string) string {
 	}
 	o := r.Options
 	p("| payload | %d bytes |\n| backlog per drain | %s messages |\n| repeats | %d (median reported) |\n\n", o.PayloadBytes, thousands(float64(o.Backlog)), o.Repeats)
+	for _, l := range r.Later {
+		p("> Step(s) %s measured in a later run, %s (load average %s at its start, %s at its end): `%s`.\n\n",
+			strings.Join(l.Steps, ", "), l.Started.UTC().Format("2006-01-02 15:04 MST"), l.LoadStart, l.LoadEnd, l.Command)
+	}
 	if m.LoadMaxDuringRun1 >= 1.5 || load1Of(m.LoadStart) >= 1.5 {
 		p("> **Noisy machine.** The 1-minute load average reached %.2f during this run (2 CPUs, shared with other builds): "+
 			"absolute numbers are low and noisy; the ratios, measured in the same run with interleaved repeats, are the figures to read.\n\n", max(m.LoadMaxDuringRun1, load1Of(m.LoadStart)))

@@ -133,3 +133,25 @@ func TestUnknownStepsAndPublishersAreRejected(t *testing.T) {
 		t.Error("publisher carrier-pigeon accepted")
 	}
 }
+
+func TestMergeReplacesOnlyTheStepsMeasuredAgain(t *testing.T) {
+	r := sampleReport()
+	r.Drain = append(r.Drain, Throughput{Name: "relay", Publisher: "nats", Batch: 100, Relays: 1, Runs: []float64{1}})
+	newer := &Report{Command: "later", Drain: []Throughput{
+		{Name: "relay", Publisher: "amqp", Batch: 100, Relays: 1, Runs: []float64{7}},
+		{Name: "relay", Publisher: "nats", Batch: 100, Relays: 1, Runs: []float64{9}},
+	}}
+	r.Merge(newer, []string{"brokers"})
+	got := map[string]float64{}
+	for _, d := range r.Drain {
+		if d.Batch == 100 && d.Relays == 1 {
+			got[d.Publisher] = d.Median()
+		}
+	}
+	if got["noop"] != 30000 || got["nats"] != 9 || got["amqp"] != 7 || len(r.Drain) != 5 {
+		t.Fatalf("after merging brokers: %v (%d rows); want noop kept at 30000, nats replaced by 9, amqp added at 7, 5 rows", got, len(r.Drain))
+	}
+	if len(r.Later) != 1 || r.Later[0].Command != "later" {
+		t.Fatalf("merge not recorded: %+v", r.Later)
+	}
+}

@@ -23,8 +23,11 @@ type Report struct {
 	Explain   []Explain
 	Commit    CommitCost
 
+	// Later lists steps measured in later runs and merged in.
+	Later []LaterRun
+
 	// Notes is the hand-written analysis kept from the previous doc.
-	Notes string
+	Notes string `json:"-"`
 }
 
 // Machine describes where the numbers come from.

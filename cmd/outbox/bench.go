@@ -19,6 +19,7 @@ func newBenchCommand(g *globalFlags) *cobra.Command {
 		out     string
 		command string
 		render  string
+		merge   string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -48,6 +49,9 @@ read cluster-wide counters. Steps: ` + strings.Join(bench.Steps, ", ") + `.`,
 					}
 				}
 				return nil
+			}
+			if merge != "" && only == "" {
+				return usagef("--merge needs --only: the steps to measure again and merge into %s", merge)
 			}
 			url, err := g.resolveURL()
 			if err != nil {
@@ -82,6 +86,14 @@ read cluster-wide counters. Steps: ` + strings.Join(bench.Steps, ", ") + `.`,
 				return err
 			}
 			fmt.Fprint(cmd.OutOrStdout(), report.Markdown(false))
+			if merge != "" {
+				base, err := bench.ReadReport(merge)
+				if err != nil {
+					return err
+				}
+				base.Merge(report, opts.Only)
+				report = base
+			}
 			if out != "" {
 				if err := bench.WriteDoc(out, report); err != nil {
 					return fmt.Errorf("write %s: %w", out, err)
@@ -105,6 +117,7 @@ read cluster-wide counters. Steps: ` + strings.Join(bench.Steps, ", ") + `.`,
 	f.DurationVar(&opts.WriterDuration, "writer-duration", 0, "each concurrent-writers run (default 4s)")
 	f.IntVar(&opts.WriterTransactions, "writer-transactions", 0, "transactions of each kind for the writer overhead (default 2000)")
 	f.StringVar(&render, "render", "", "render the doc again from a saved run (the results.json written next to --out), without measuring")
+	f.StringVar(&merge, "merge", "", "merge the steps of --only into a saved run (results.json) and write the doc from both")
 	f.StringVar(&command, "command", "", "the command recorded in the doc (default: this command line)")
 	_ = f.MarkHidden("command")
 	return cmd
