@@ -138,16 +138,21 @@ func parseKafkaURL(raw string) (kafkaTarget, error) {
 
 // kafkaSeed checks a broker address and adds the default port if it has
 // none.
-func kafkaSeed(h string) (string, error) {
+func kafkaSeed(h string) (string, error) { return hostPort(h, kafkaDefaultPort, "broker") }
+
+// hostPort checks a host[:port] address from a publisher URL (IPv6 in
+// brackets) and adds defaultPort if it has none; what names the address in
+// errors ("broker", "server").
+func hostPort(h, defaultPort, what string) (string, error) {
 	if !strings.Contains(h, ":") || strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-		h = net.JoinHostPort(strings.Trim(h, "[]"), kafkaDefaultPort)
+		h = net.JoinHostPort(strings.Trim(h, "[]"), defaultPort)
 	}
 	host, port, err := net.SplitHostPort(h)
 	if err != nil || host == "" {
-		return "", fmt.Errorf("broker address %q: use host:port", h)
+		return "", fmt.Errorf("%s address %q: use host:port", what, h)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "", fmt.Errorf("broker address %q: port %q is not a number from 1 to 65535", h, port)
+		return "", fmt.Errorf("%s address %q: port %q is not a number from 1 to 65535", what, h, port)
 	}
 	return h, nil
 }

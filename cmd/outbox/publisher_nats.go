@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -183,19 +181,7 @@ func parseNATSURL(raw string) (natsTarget, error) {
 
 // natsServer checks a server address and adds the default port if it has
 // none.
-func natsServer(h string) (string, error) {
-	if !strings.Contains(h, ":") || strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
-		h = net.JoinHostPort(strings.Trim(h, "[]"), natsDefaultPort)
-	}
-	host, port, err := net.SplitHostPort(h)
-	if err != nil || host == "" {
-		return "", fmt.Errorf("server address %q: use host:port", h)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "", fmt.Errorf("server address %q: port %q is not a number from 1 to 65535", h, port)
-	}
-	return h, nil
-}
+func natsServer(h string) (string, error) { return hostPort(h, natsDefaultPort, "server") }
 
 // options returns the connection options for n: its credentials, and a
 // connection that starts even while NATS is down.
