@@ -173,17 +173,19 @@ func (r *Report) Markdown(charts bool) string {
 			p("| %s | %d | %d | **%s** | %s | %s | %s | %s | %s | %s |\n", pub, t.Batch, t.Relays, thousands(t.Median()), runsString(t.Runs),
 				ratio(t.Median(), r.ceiling(t.Batch).Median()), ratio(t.Median(), wm), walPerMsg(t), perK(t.WAL.Xids, t.Backlog), perK(t.WAL.Syncs, t.Backlog))
 		}
-		p("\nReferences, in the same run:\n\n| reference | batch | msgs/s (median) | runs | WAL bytes/msg | write tx / 1k msgs | WAL fsyncs / 1k msgs |\n| --- | ---: | ---: | --- | ---: | ---: | ---: |\n")
-		for _, t := range r.Ceiling {
-			p("| raw `DELETE ... RETURNING` loop, 1 connection | %d | %s | %s | %s | %s | %s |\n", t.Batch, thousands(t.Median()), runsString(t.Runs), walPerMsg(t), perK(t.WAL.Xids, t.Backlog), perK(t.WAL.Syncs, t.Backlog))
-		}
-		for _, t := range r.Watermill {
-			label := "1000"
-			name := "watermill-sql forwarder, batch 1000"
-			if t.Batch == 0 {
-				label, name = "100 (default)", "watermill-sql forwarder, defaults"
+		if len(r.Ceiling)+len(r.Watermill) > 0 {
+			p("\nReferences, in the same run:\n\n| reference | batch | msgs/s (median) | runs | WAL bytes/msg | write tx / 1k msgs | WAL fsyncs / 1k msgs |\n| --- | ---: | ---: | --- | ---: | ---: | ---: |\n")
+			for _, t := range r.Ceiling {
+				p("| raw `DELETE ... RETURNING` loop, 1 connection | %d | %s | %s | %s | %s | %s |\n", t.Batch, thousands(t.Median()), runsString(t.Runs), walPerMsg(t), perK(t.WAL.Xids, t.Backlog), perK(t.WAL.Syncs, t.Backlog))
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s |\n", name, label, thousands(t.Median()), runsString(t.Runs), walPerMsg(t), perK(t.WAL.Xids, t.Backlog), perK(t.WAL.Syncs, t.Backlog))
+			for _, t := range r.Watermill {
+				label := "1000"
+				name := "watermill-sql forwarder, batch 1000"
+				if t.Batch == 0 {
+					label, name = "100 (default)", "watermill-sql forwarder, defaults"
+				}
+				p("| %s | %s | %s | %s | %s | %s | %s |\n", name, label, thousands(t.Median()), runsString(t.Runs), walPerMsg(t), perK(t.WAL.Xids, t.Backlog), perK(t.WAL.Syncs, t.Backlog))
+			}
 		}
 		p("\n")
 	}
