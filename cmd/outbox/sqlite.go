@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,27 +25,41 @@ import (
 // error that says to run it; a relay started before the file exists logs
 // that error and starts working once `migrate up` has run.
 
+// shownURL quotes raw for an error message, unless it holds user
+// information, which may be a password that redaction cannot recognise in a
+// URL that does not parse.
+func shownURL(raw string) string {
+	if strings.Contains(raw, "@") {
+		return "(not shown: it holds user information)"
+	}
+	return strconv.Quote(raw)
+}
+
 // sqlitePath returns the file a sqlite: URL names.
 func sqlitePath(raw string) (string, error) {
 	const forms = "use sqlite:///absolute/path/app.db (three slashes) or sqlite:relative/path/app.db"
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", usagef("database URL %q cannot be parsed (%v); %s", raw, err, forms)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error quotes the whole URL
+		}
+		return "", usagef("database URL %s cannot be parsed (%v); %s", shownURL(raw), err, forms)
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return "", usagef("database URL %q: SQLite URLs take no parameters; %s", raw, forms)
+		return "", usagef("database URL %s: SQLite URLs take no parameters; %s", shownURL(raw), forms)
 	}
 	path := u.Path
 	switch {
 	case u.Opaque != "":
 		if path, err = url.PathUnescape(u.Opaque); err != nil {
-			return "", usagef("database URL %q: %v; %s", raw, err, forms)
+			return "", usagef("database URL %s: %v; %s", shownURL(raw), err, forms)
 		}
 	case u.Host != "":
-		return "", usagef("database URL %q names the host %q, but an SQLite database is a local file; %s", raw, u.Host, forms)
+		return "", usagef("database URL %s names the host %q, but an SQLite database is a local file; %s", shownURL(raw), u.Host, forms)
 	}
 	if path == "" {
-		return "", usagef("database URL %q names no file; %s", raw, forms)
+		return "", usagef("database URL %s names no file; %s", shownURL(raw), forms)
 	}
 	return path, nil
 }
