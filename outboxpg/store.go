@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/headerjson"
 )
 
 // Store is an outbox table in PostgreSQL, used through a pgx connection pool.
@@ -322,7 +322,7 @@ func scanMessage(row pgx.Row) (outbox.Message, error) {
 		return outbox.Message{}, err
 	}
 	if headers != nil {
-		if err := json.Unmarshal(headers, &m.Headers); err != nil {
+		if m.Headers, err = headerjson.Decode(headers); err != nil {
 			return outbox.Message{}, fmt.Errorf("decode headers of message %s: %w", m.ID, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/headerjson"
 )
 
 // Store is an outbox table in an SQLite database file, used through
@@ -411,7 +412,7 @@ func scanMessage(rows *sql.Rows) (outbox.Message, error) {
 		return outbox.Message{}, err
 	}
 	if headers.Valid {
-		if err := json.Unmarshal([]byte(headers.String), &m.Headers); err != nil {
+		if m.Headers, err = headerjson.Decode([]byte(headers.String)); err != nil {
 			return outbox.Message{}, fmt.Errorf("decode headers of message %s: %w", m.ID, err)
 		}
 	}
