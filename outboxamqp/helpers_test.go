@@ -2,15 +2,12 @@ package outboxamqp_test
 
 import (
 	"context"
-	"net"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/amqptest"
@@ -181,16 +178,6 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// hostPort returns the host:port of an AMQP URL.
-func hostPort(t *testing.T, url string) string {
-	t.Helper()
-	uri, err := amqp.ParseURI(url)
-	if err != nil {
-		t.Fatalf("%s: %v", amqptest.EnvURL, err)
-	}
-	return net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
 }
 
 func ptrs(batch []outbox.Message) []*outbox.Message {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/amqptest"
+	"github.com/go-outbox/outbox/internal/proxytest"
 	"github.com/go-outbox/outbox/outboxamqp"
 	"github.com/go-outbox/outbox/publishertest"
 	"github.com/go-outbox/outbox/relaytest"
@@ -171,7 +172,7 @@ func TestMessagesInFlightWhenTheConnectionDropsAreRetryableNeverPublished(t *tes
 	url := amqptest.URL(t)
 	d := amqptest.Declare(t, url)
 	consumer := amqptest.Consume(t, url, d.Queue)
-	proxy := amqptest.NewProxy(t, hostPort(t, url))
+	proxy := proxytest.ForURL(t, url)
 	p := dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
 
 	proxy.Hold() // from now on the broker's confirms stay in the proxy
@@ -219,7 +220,7 @@ func TestConfirmsThatDoNotComeFailTheBatchRetryablyAtTheDeadline(t *testing.T) {
 	url := amqptest.URL(t)
 	d := amqptest.Declare(t, url)
 	consumer := amqptest.Consume(t, url, d.Queue)
-	proxy := amqptest.NewProxy(t, hostPort(t, url))
+	proxy := proxytest.ForURL(t, url)
 	p := dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
 
 	proxy.Hold()

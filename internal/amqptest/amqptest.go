@@ -1,8 +1,8 @@
 // Package amqptest gives tests a RabbitMQ broker: the one TEST_AMQP_URL
 // names (scripts/test starts a throwaway one on loopback), a fresh exchange
 // and queue per test, a consumer that survives broker restarts, a real stop
-// and start of the broker through TEST_RABBITMQ_CTL, and a TCP proxy that
-// cuts connections on demand.
+// and start of the broker through TEST_RABBITMQ_CTL. internal/proxytest
+// breaks connections to it on demand.
 //
 // Without TEST_AMQP_URL the tests are skipped, except when CI is "true":
 // there a missing broker fails the test, so a broken CI set-up cannot pass by
@@ -22,6 +22,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -385,8 +386,11 @@ func (c *Consumer) Connects() int {
 // listens (one that was just free).
 func ClosedURL(t testing.TB) string {
 	t.Helper()
-	p := NewProxy(t, "127.0.0.1:1")
-	addr := p.Addr()
-	p.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
 	return "amqp://guest:guest@" + addr + "/"
 }
