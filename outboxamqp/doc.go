@@ -76,6 +76,10 @@
 // hammered by every worker, and one that is back is found within 2s. If
 // sending blocks past the end of the context (a broker that
 // stopped reading, as under a memory or disk alarm), the connection is torn
-// down so that Publish returns. Messages of one batch reach a queue in batch
+// down so that Publish returns. Likewise a channel open that the broker
+// does not answer (a stalled network path) ends with the context, and the
+// connection is torn down if the answer is still missing 2s later: amqp091
+// alone would wait for it until the heartbeat timeout, past the relay's
+// lease. Messages of one batch reach a queue in batch
 // order; concurrent batches interleave.
 package outboxamqp

@@ -288,12 +288,17 @@ func (p *Publisher) Ping(ctx context.Context) error {
 		return nil
 	}
 	// A passive declare that fails closes its channel: use one of its own.
-	ch, err := c.conn.amqp.Channel()
+	closeChannel := func(ch *amqp.Channel) { _ = ch.Close() }
+	ch, err := awaitRPC(ctx, p, c.conn, "opening a channel", c.conn.amqp.Channel, closeChannel)
 	if err != nil {
 		return fmt.Errorf("outboxamqp: %s: open channel: %w", p.broker, err)
 	}
-	defer func() { _ = ch.Close() }()
-	if err := ch.ExchangeDeclarePassive(p.cfg.Exchange, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
+	_, err = awaitRPC(ctx, p, c.conn, "declaring the exchange", func() (struct{}, error) {
+		err := ch.ExchangeDeclarePassive(p.cfg.Exchange, amqp.ExchangeDirect, false, false, false, false, nil)
+		return struct{}{}, err
+	}, nil)
+	go closeChannel(ch) // an RPC too: Ping must not wait for it
+	if err != nil {
 		return fmt.Errorf("outboxamqp: %s: exchange %q: %w", p.broker, p.cfg.Exchange, err)
 	}
 	return nil
@@ -677,15 +682,61 @@ func (p *Publisher) channel(ctx context.Context) (*channel, error) {
 			}
 		}
 		p.mu.Unlock()
-		c, err := openChannel(conn)
+		c, err := awaitRPC(ctx, p, conn, "opening a channel", func() (*channel, error) { return openChannel(conn) },
+			func(c *channel) { p.release(c, false) })
 		if err == nil {
 			return c, nil
 		}
-		if attempt == 0 && conn.isLost() {
+		if attempt == 0 && conn.isLost() && ctx.Err() == nil {
 			continue // lost just now: reconnect once
 		}
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
+}
+
+// awaitRPC runs call, which makes AMQP RPCs on conn (channel.open,
+// confirm.select, exchange.declare...), and returns its result, or the
+// context's error when ctx ends first. amqp091 waits for an RPC's reply
+// without a deadline: a broker, or a network path, that stops answering
+// would hold the caller until the heartbeat timeout (three heartbeat
+// intervals: 30s with amqp091's default, longer with ?heartbeat=; never
+// with heartbeats off), past the relay's lease. On giving up, the call
+// goes on in the background: a late result is handed to late; if there is
+// none within sendGrace the connection is torn down, since every other
+// call on it is as stuck, and that makes call return.
+func awaitRPC[T any](ctx context.Context, p *Publisher, conn *connection, what string, call func() (T, error), late func(T)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := call()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+	}
+	go func() {
+		t := time.NewTimer(sendGrace)
+		defer t.Stop()
+		var r result
+		select {
+		case r = <-done:
+		case <-t.C:
+			p.log.Warn("outboxamqp: RabbitMQ did not answer "+what+" before the context ended; closing the connection",
+				slog.Duration("grace", sendGrace))
+			conn.abort()
+			r = <-done
+		}
+		if r.err == nil && late != nil {
+			late(r.v)
+		}
+	}()
+	var zero T
+	return zero, fmt.Errorf("%s: %w", what, context.Cause(ctx))
 }
 
 // release makes c available to the next batch, or closes it if it may still

@@ -252,6 +252,51 @@ func TestConfirmsThatDoNotComeFailTheBatchRetryablyAtTheDeadline(t *testing.T) {
 	}
 }
 
+// A broker (or network path) that stops answering while a batch needs a new
+// channel costs the batch its context, not the heartbeat timeout: opening a
+// channel is an RPC amqp091 waits for without a deadline, and a relay whose
+// Publish outlives its lease lets another relay publish the same messages.
+// The connection is torn down, so later batches dial again.
+func TestChannelOpenThatIsNeverAnsweredEndsWithTheContext(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	consumer := amqptest.Consume(t, url, d.Queue)
+	proxy := proxytest.ForURL(t, url)
+	p := dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
+
+	proxy.Stall()
+	// The first batch takes the idle channel and abandons it at its
+	// deadline; the second needs a new one.
+	for i, what := range []string{"on the idle channel", "on a new channel"} {
+		batch := publishertest.Messages(d.RoutingKey, 3)
+		start := time.Now()
+		errs := p.Publish(ctxFor(t, 500*time.Millisecond), batch)
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("batch %d (%s) took %v with a 500ms context", i+1, what, took.Round(time.Millisecond))
+		}
+		for j, err := range errs {
+			if err == nil || outbox.IsPermanent(err) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("batch %d (%s), message %s: %v; want a retryable deadline error", i+1, what, batch[j].ID, err)
+			}
+		}
+	}
+	// What the stall held is dropped, as by a network that never recovers.
+	proxy.Cut()
+	batch := publishertest.Messages(d.RoutingKey, 3)
+	waitFor(t, 30*time.Second, "a batch to go through after the stall", func() bool {
+		for _, err := range p.Publish(ctxFor(t, 5*time.Second), batch) {
+			if err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := consumer.Next(ctxFor(t, 30*time.Second), len(batch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Relay workers publish concurrently through one publisher: each batch gets
 // its own channel and its own outcomes.
 func TestConcurrentBatchesAreConfirmedIndependently(t *testing.T) {
