@@ -244,7 +244,7 @@ const storeCallTimeout = 15 * time.Second
 func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) Settlement {
 	// Stop publishing before the lease ends, so no other relay can claim a
 	// message this one is still publishing.
-	pubCtx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration*9/10)
+	pubCtx, cancel := context.WithTimeout(ctx, publishTimeout(r.cfg.LeaseDuration))
 	results := r.pub.Publish(pubCtx, batch)
 	cancel()
 	if len(results) != len(batch) {
@@ -290,6 +290,32 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) S
 	return settle
 }
 
+// publishTimeout bounds the publishing of a batch leased for lease: nine
+// tenths of it (lease*9 would overflow for a lease of decades).
+func publishTimeout(lease time.Duration) time.Duration { return lease - lease/10 }
+
+// backOffPoll returns the wait after an idle poll that followed a wait of
+// delay: twice as long, up to pollInterval.
+func backOffPoll(delay, pollInterval time.Duration) time.Duration {
+	if delay >= pollInterval-delay {
+		return pollInterval // and delay*2 might overflow
+	}
+	return delay * 2
+}
+
+// lookAgainIn returns when the dispatcher looks again after the store said
+// the next message is due in wait (> 0).
+func lookAgainIn(wait, pollInterval time.Duration) time.Duration {
+	if wait >= pollInterval-time.Millisecond {
+		// Also keeps a message scheduled centuries ahead (the store
+		// saturates its wait) from overflowing into a busy loop.
+		return pollInterval
+	}
+	// A retry or scheduled message is due before the next poll: look
+	// just then.
+	return wait + time.Millisecond
+}
+
 // retryDelay draws the delay after the failed attempt number attempt (1 for
 // the first failure): uniform in [0, min(BackoffMax, BackoffBase*2^(attempt-1))].
 func (r *Relay) retryDelay(attempt int) time.Duration {
@@ -319,7 +345,9 @@ func fullJitter(base, max time.Duration, attempt int) time.Duration {
 	if c <= 0 {
 		return 0
 	}
-	return rand.N(c + 1)
+	// In uint64, c+1 cannot overflow when max is the largest Duration
+	// (rand.N panics on the negative int64 it would give).
+	return time.Duration(rand.Uint64N(uint64(c) + 1))
 }
 
 // dispatch decides when workers should look for work: at once when a writer in
@@ -377,7 +405,7 @@ func (r *Relay) dispatch(ctx context.Context) {
 				continue
 			}
 			next := r.probe(ctx)
-			delay = min(delay*2, r.cfg.PollInterval)
+			delay = backOffPoll(delay, r.cfg.PollInterval)
 			timer.Reset(min(delay, next))
 		}
 	}
@@ -401,9 +429,7 @@ func (r *Relay) probe(ctx context.Context) time.Duration {
 		r.gate.open()
 		return r.cfg.PollInterval
 	default:
-		// A retry or scheduled message is due before the next poll: look
-		// just then.
-		return wait + time.Millisecond
+		return lookAgainIn(wait, r.cfg.PollInterval)
 	}
 }
 
