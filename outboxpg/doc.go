@@ -35,11 +35,20 @@
 //
 // A row is a message. Its status is pending, published (kept only for the
 // relay's retention period) or dead. available_at says when a pending message
-// is due; a claim sets it to the end of the lease together with lease_token,
-// so the lease needs no column of its own and a crashed relay's messages are
-// due again when their leases run out. Partial indexes on pending, dead and
+// is due. A claim leases it by setting locked_until and lease_token, so a
+// crashed relay's messages are due again when their leases run out, with no
+// clean-up. No index covers those two columns and inserts leave 60 % of each
+// page free (fillfactor 40), so a claim is a heap-only (HOT) update: the row is
+// rewritten on its own page, no index gets an entry, and the WAL record holds
+// only the changed bytes (pg_waldump over a claim of 1,000 rows with 256-byte
+// payloads: 167 bytes of WAL per message, against 717 for the same claim
+// without room for HOT updates). Partial indexes on pending, dead and
 // published rows keep the claim, the idle probe, dead-letter listing and
 // retention cheap however large one of these sets grows.
+//
+// Migration 2 moved the lease out of available_at. Relays of a version
+// before it must be stopped before it runs: they would not see the new
+// leases and could publish leased messages a second time.
 //
 // # Round trips
 //
@@ -55,8 +64,9 @@
 //     implicit transaction: one round trip, all or nothing. (The first time a
 //     pooled connection sees a statement, pgx prepares it, in one extra round
 //     trip per connection.)
-//   - NextDue, the idle probe, is one read-only query answered from the first
-//     entry of the pending index.
+//   - NextDue, the idle probe, is one read-only query: the first entry of the
+//     pending index for messages due later, and the rows already due (those in
+//     flight, as only an idle relay asks) for leases that run out first.
 //
 // # Waking relays in other processes
 //

@@ -98,6 +98,13 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxpg.DirectionDown))
 	// Output:
+	// -- 002_lease_column.down.sql
+	// -- Leases go back into available_at, where version 1 keeps them.
+	// UPDATE "billing"."outbox" SET available_at = locked_until
+	// WHERE status = 'pending' AND lease_token IS NOT NULL AND locked_until > now();
+	//
+	// ALTER TABLE "billing"."outbox" RESET (fillfactor);
+	// ALTER TABLE "billing"."outbox" DROP COLUMN locked_until;
 	// -- 001_create_outbox.down.sql
 	// -- Drops the outbox table with every message in it. The schema is left alone:
 	// -- other tables may live in it.

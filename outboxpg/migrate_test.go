@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -221,5 +222,73 @@ func TestMigratedTableWorksWithTheSQLItPrints(t *testing.T) {
 	}
 	if _, err := pool.Exec(ctx, m.SQL(outboxpg.DirectionDown)); err != nil {
 		t.Fatalf("apply SQL(down): %v", err)
+	}
+}
+
+// A message leased under version 1 (available_at moved to the end of the
+// lease) must stay leased across migration 2 and back: a relay claiming during
+// an upgrade must not publish it a second time.
+func TestLeaseTakenBeforeMigrationTwoSurvivesUpAndDown(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
+	m, err := outboxpg.NewMigrator(pool, opts)
+	if err != nil {
+		t.Fatalf("new migrator: %v", err)
+	}
+	if _, err := m.To(ctx, 1); err != nil {
+		t.Fatalf("migrate to version 1: %v", err)
+	}
+	leased, due := uuid.New(), uuid.New()
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO `+pgx.Identifier{opts.Schema, "outbox"}.Sanitize()+` (id, topic, payload, created_at, available_at, lease_token)
+		VALUES ($1, 't', '', now(), now() + interval '1 hour', gen_random_uuid()), ($2, 't', '', now(), now(), NULL)`,
+		leased, due); err != nil {
+		t.Fatalf("insert a version-1 lease: %v", err)
+	}
+	claimAll := func(step string) []uuid.UUID {
+		t.Helper()
+		store, err := outboxpg.New(pool, opts)
+		if err != nil {
+			t.Fatalf("new store: %v", err)
+		}
+		if step == "down" {
+			// Version 1's claim takes what its WHERE clause reads here.
+			rows, err := pool.Query(ctx, `SELECT id FROM `+pgx.Identifier{opts.Schema, "outbox"}.Sanitize()+` WHERE status = 'pending' AND available_at <= now()`)
+			if err != nil {
+				t.Fatalf("%s: query due rows: %v", step, err)
+			}
+			ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			if err != nil {
+				t.Fatalf("%s: read due rows: %v", step, err)
+			}
+			return ids
+		}
+		token := uuid.New()
+		msgs, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 10, Lease: time.Minute, Token: token})
+		if err != nil {
+			t.Fatalf("%s: claim: %v", step, err)
+		}
+		var ids []uuid.UUID
+		for _, msg := range msgs {
+			ids = append(ids, msg.ID)
+		}
+		if err := store.Release(ctx, token, ids); err != nil {
+			t.Fatalf("%s: release: %v", step, err)
+		}
+		return ids
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatalf("migrate up: %v", err)
+	}
+	if got := claimAll("up"); len(got) != 1 || got[0] != due {
+		t.Fatalf("claimed after migrating up: %v; want only the message no lease holds (%v)", got, due)
+	}
+	if _, err := m.Down(ctx, 1); err != nil {
+		t.Fatalf("migrate down: %v", err)
+	}
+	if got := claimAll("down"); len(got) != 1 || got[0] != due {
+		t.Fatalf("due after migrating down: %v; want only the message no lease holds (%v)", got, due)
 	}
 }

@@ -51,51 +51,66 @@ SELECT pg_notify($8, '')`),
 
 		settlePublished: sql(`DELETE FROM {t} WHERE id = ANY($1::uuid[]) AND lease_token = $2`),
 		settleKept: sql(`
-UPDATE {t} SET status = 'published', published_at = now(), lease_token = NULL
+UPDATE {t} SET status = 'published', published_at = now(), lease_token = NULL, locked_until = NULL
 WHERE id = ANY($1::uuid[]) AND lease_token = $2`),
 		settleRetry: sql(`
 UPDATE {t} AS t
 SET attempts = t.attempts + 1,
 	available_at = now() + r.delay_us * interval '1 microsecond',
 	last_error = r.err,
-	lease_token = NULL
+	lease_token = NULL,
+	locked_until = NULL
 FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS r(id, delay_us, err)
 WHERE t.id = r.id AND t.lease_token = $4`),
 		settleDead: sql(`
 UPDATE {t} AS t
-SET status = 'dead', attempts = t.attempts + 1, last_error = d.err, lease_token = NULL
+SET status = 'dead', attempts = t.attempts + 1, last_error = d.err, lease_token = NULL, locked_until = NULL
 FROM unnest($1::uuid[], $2::text[]) AS d(id, err)
 WHERE t.id = d.id AND t.lease_token = $3`),
-		// The lease is available_at itself: a claimed message is due again when
-		// its lease runs out, so a crashed relay's messages come back without
-		// any clean-up. MATERIALIZED makes the locking subquery run exactly
-		// once whatever plan the UPDATE gets. The UPDATE finds its rows with
+		// A claim leases rows by setting locked_until and lease_token, two
+		// columns no index covers, so PostgreSQL can update the rows in place
+		// (HOT, see migration 2) and a crashed relay's messages are due again
+		// when their leases run out, with no clean-up. available_at keeps the
+		// due time, so a message whose lease ran out keeps its place in the
+		// queue. MATERIALIZED makes the locking subquery run exactly once
+		// whatever plan the UPDATE gets. The UPDATE finds its rows with
 		// id = ANY(ARRAY(...)), an index lookup per id: joining the CTE
 		// instead lets the planner pick a hash join over a sequential scan of
 		// the whole table once it holds some tens of thousands of rows.
-		// RETURNING cannot see the old due time, so the final join with c
-		// brings it back, and the caller sorts (RETURNING has no order).
+		// RETURNING has no order: the caller sorts.
 		claim: sql(`
 WITH c AS MATERIALIZED (
-	SELECT id, available_at FROM {t}
+	SELECT id FROM {t}
 	WHERE status = 'pending' AND available_at <= now()
+		AND (locked_until IS NULL OR locked_until <= now())
 	ORDER BY available_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
-), u AS (
-	UPDATE {t} AS t
-	SET available_at = now() + $1::bigint * interval '1 microsecond', lease_token = $2
-	WHERE t.id = ANY(ARRAY(SELECT id FROM c))
-	RETURNING t.id, t.topic, t.key, t.payload, t.headers, t.created_at, t.attempts, t.last_error, t.status, t.published_at
 )
-SELECT u.id, u.topic, u.key, u.payload, u.headers, u.created_at, c.available_at, u.attempts, u.last_error, u.status, u.published_at
-FROM u JOIN c ON c.id = u.id`),
+UPDATE {t} AS t
+SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
+WHERE t.id = ANY(ARRAY(SELECT id FROM c))
+RETURNING ` + messageColumns),
 		release: sql(`
-UPDATE {t} SET available_at = now(), lease_token = NULL
+UPDATE {t} SET locked_until = NULL, lease_token = NULL
 WHERE id = ANY($1::uuid[]) AND lease_token = $2 AND status = 'pending'`),
+		// A due message that no lease holds makes the wait 0, and EXISTS
+		// stops at the first one. Otherwise every due row is in flight, and
+		// there are few of them (batch size times workers per relay): the
+		// earliest lease end among them competes with the first message due
+		// later, read from the first entry of the pending index. The
+		// subqueries run only when CASE needs them.
 		nextDue: sql(`
-SELECT ceil(EXTRACT(EPOCH FROM min(available_at) - now()) * 1000000)::bigint
-FROM {t} WHERE status = 'pending'`),
+SELECT CASE
+	WHEN EXISTS (
+		SELECT FROM {t} WHERE status = 'pending' AND available_at <= now()
+			AND (locked_until IS NULL OR locked_until <= now())
+	) THEN 0
+	ELSE ceil(EXTRACT(EPOCH FROM LEAST(
+		(SELECT min(locked_until) FROM {t} WHERE status = 'pending' AND available_at <= now()),
+		(SELECT min(available_at) FROM {t} WHERE status = 'pending' AND available_at > now())
+	) - now()) * 1000000)::bigint
+END`),
 		purgeLock: `SELECT pg_try_advisory_xact_lock($1)`,
 		// = ANY(ARRAY(...)) runs the bounded subquery once and deletes by
 		// primary key; IN (...) may be planned as a join over the whole table.
@@ -113,7 +128,7 @@ DELETE FROM {t} WHERE id = ANY(ARRAY(
 		stats: sql(`
 SELECT
 	(SELECT count(*) FROM {t} WHERE status = 'pending'),
-	(SELECT count(*) FROM {t} WHERE status = 'pending' AND lease_token IS NOT NULL AND available_at > now()),
+	(SELECT count(*) FROM {t} WHERE status = 'pending' AND lease_token IS NOT NULL AND locked_until > now()),
 	(SELECT count(*) FROM {t} WHERE status = 'dead'),
 	(SELECT count(*) FROM {t} WHERE status = 'published'),
 	(SELECT COALESCE(GREATEST(0, floor(EXTRACT(EPOCH FROM now() - min(created_at)) * 1000000)), 0)::bigint
@@ -121,10 +136,10 @@ SELECT
 		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = $1`),
 		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > $1 ORDER BY id LIMIT $2`),
 		retryDead: sql(`
-UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL
+UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL, locked_until = NULL
 WHERE status = 'dead' AND id = ANY($1::uuid[])`),
 		retryAll: sql(`
-UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL
+UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL, locked_until = NULL
 WHERE status = 'dead'`),
 		discardDead: sql(`DELETE FROM {t} WHERE status = 'dead' AND id = ANY($1::uuid[])`),
 	}

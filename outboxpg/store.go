@@ -179,8 +179,9 @@ func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) e
 
 // NextDue returns how long until the earliest pending message is due, by the
 // database's clock, leased ones included (they are due when their lease ends).
-// It is one read-only query that the pending index answers from its first
-// entry. The wait is rounded up to whole microseconds, so a relay that sleeps
+// It is one read-only query on the pending index: a due message stops it at
+// once, and otherwise it reads only the messages in flight and the first
+// message due later. The wait is rounded up to whole microseconds, so a relay that sleeps
 // for it never wakes too early.
 func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	var wait pgtype.Int8

@@ -1,6 +1,7 @@
 package outboxpg_test
 
 import (
+	"bytes"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -421,5 +422,68 @@ func TestAdminRejectsBadLimits(t *testing.T) {
 	}
 	if n, err := store.DiscardDead(ctx); err != nil || n != 0 {
 		t.Fatalf("DiscardDead with no ids: %d, %v; want 0, nil (nothing discarded)", n, err)
+	}
+}
+
+// Claims must stay heap-only (HOT) updates: no index entry and a WAL record
+// of the changed bytes only, which is most of the relay's speed on PostgreSQL
+// (see doc.go). An index on the lease columns, or pages without room for the
+// claimed versions of all their rows at once, would break this test. A claim
+// makes a row longer (the lease columns were NULL), the more so relatively
+// the smaller the payload.
+func TestClaimsAreHeapOnlyUpdates(t *testing.T) {
+	t.Parallel()
+	for _, size := range []int{0, 100, 256, 2000} {
+		t.Run(fmt.Sprintf("payload=%d", size), func(t *testing.T) {
+			t.Parallel()
+			testClaimsAreHeapOnly(t, size)
+		})
+	}
+}
+
+func testClaimsAreHeapOnly(t *testing.T, payloadSize int) {
+	cfg := pgtest.Config(t)
+	cfg.MaxConns = 1 // the statistics below are flushed by the one backend that claimed
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
+	store := newStore(t, pool, opts)
+	ctx := t.Context()
+
+	const n = 500 // pages' worth of rows, each page claimed whole
+	w := newWriter(t, store)
+	msgs := make([]*outbox.Message, n)
+	for i := range msgs {
+		msgs[i] = &outbox.Message{Topic: "orders.created", Payload: bytes.Repeat([]byte("x"), payloadSize)}
+	}
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	claimed, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: n, Lease: time.Minute, Token: uuid.New()})
+	if err != nil || len(claimed) != n {
+		t.Fatalf("claim: %d messages, %v; want %d", len(claimed), err, n)
+	}
+
+	table := pgx.Identifier{opts.Schema, "outbox"}.Sanitize()
+	var updates, hot int64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// The backend sends its counters when it goes idle after this.
+		if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatalf("flush statistics: %v", err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = $1::regclass`, table).Scan(&updates, &hot); err != nil {
+			t.Fatalf("read statistics: %v", err)
+		}
+		if updates >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if updates != n || hot != n {
+		t.Fatalf("claim of %d messages: %d row updates, %d of them heap-only; want every one heap-only", n, updates, hot)
 	}
 }
