@@ -131,7 +131,9 @@ func TestCLIErrorsAreOneLineWithTheFixAndNoPassword(t *testing.T) {
 		{"send needs a payload", []string{"send", "--topic", "t", "--database-url", "postgres://x@127.0.0.1:1/db"}, 2, "--payload"},
 		{"bad header", []string{"send", "--topic", "t", "--payload", "x", "--header", "novalue", "--database-url", "postgres://x@127.0.0.1:1/db"}, 2, "name=value"},
 		{"unknown publisher", []string{"relay", "--publisher", "carrier-pigeon://coop", "--database-url", "postgres://x@127.0.0.1:1/db"}, 2, "unknown scheme"},
-		{"invalid relay config", []string{"relay", "--batch-size", "-5", "--database-url", "postgres://x@127.0.0.1:1/db"}, 1, "Config.BatchSize"},
+		{"invalid relay config names the flag", []string{"relay", "--batch-size", "-5", "--database-url", "postgres://x@127.0.0.1:1/db"}, 2, "--batch-size -5: use 1 to 10000"},
+		{"relay intervals out of order", []string{"relay", "--poll-interval", "5ms", "--database-url", "postgres://x@127.0.0.1:1/db"}, 2, "--active-poll-interval 10ms: must be at most --poll-interval (5ms)"},
+		{"negative shutdown timeout", []string{"relay", "--shutdown-timeout", "-1s", "--database-url", "postgres://x@127.0.0.1:1/db"}, 2, "--shutdown-timeout -1s"},
 		{"unknown flag", []string{"status", "--frobnicate"}, 2, "unknown flag"},
 	}
 	for _, tt := range tests {

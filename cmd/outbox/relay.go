@@ -44,7 +44,10 @@ Publishers (--publisher); secrets in URLs are never logged:
 			// through the same level and password redaction.
 			slog.SetDefault(logger)
 			if err := cfg.Validate(); err != nil {
-				return err
+				return relayFlagError(err)
+			}
+			if shutdownTimeout < 0 {
+				return usagef("--shutdown-timeout %v: use a positive duration, or 0 to cancel publishing at once", shutdownTimeout)
 			}
 			pub, err := openPublisher(publisherURL, cmd)
 			if err != nil {
@@ -94,6 +97,38 @@ Publishers (--publisher); secrets in URLs are never logged:
 	f.BoolVar(&cfg.DisableListen, "poll-only", false, "poll only: no PostgreSQL LISTEN (needed behind a transaction-mode pooler), no SQLite change watcher")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
 	return cmd
+}
+
+// relayFlags names the flag that sets each field of outbox.Config.
+var relayFlags = map[string]string{
+	"Config.ActivePollInterval": "--active-poll-interval",
+	"Config.BackoffBase":        "--backoff-base",
+	"Config.BackoffMax":         "--backoff-max",
+	"Config.BatchSize":          "--batch-size",
+	"Config.LeaseDuration":      "--lease",
+	"Config.MaxAttempts":        "--max-attempts",
+	"Config.PollInterval":       "--poll-interval",
+	"Config.Retention":          "--retention",
+	"Config.Workers":            "--workers",
+}
+
+// fieldsToFlags rewrites the Config fields a fix mentions into their flags.
+var fieldsToFlags = func() *strings.Replacer {
+	var pairs []string
+	for field, flag := range relayFlags {
+		pairs = append(pairs, field, flag)
+	}
+	return strings.NewReplacer(pairs...)
+}()
+
+// relayFlagError turns an invalid outbox.Config into a usage error that
+// names the flag the user typed rather than the Config field.
+func relayFlagError(err error) error {
+	var ce *outbox.ConfigError
+	if !errors.As(err, &ce) || relayFlags[ce.Field] == "" {
+		return err
+	}
+	return usagef("%s %v: %s", relayFlags[ce.Field], ce.Value, fieldsToFlags.Replace(ce.Fix))
 }
 
 // openPublisher builds the publisher a --publisher URL names; the scheme picks
