@@ -73,14 +73,16 @@ WHERE t.id = d.id AND t.lease_token = $3`),
 		// when their leases run out, with no clean-up. available_at keeps the
 		// due time, so a message whose lease ran out keeps its place in the
 		// queue. MATERIALIZED makes the locking subquery run exactly once
-		// whatever plan the UPDATE gets. The UPDATE finds its rows with
-		// id = ANY(ARRAY(...)), an index lookup per id: joining the CTE
-		// instead lets the planner pick a hash join over a sequential scan of
-		// the whole table once it holds some tens of thousands of rows.
-		// RETURNING has no order: the caller sorts.
+		// whatever plan the UPDATE gets. The UPDATE finds the locked rows by
+		// their physical address (a TID scan, no index descent per row): a
+		// row this transaction holds locked cannot be moved by anyone else
+		// before the UPDATE, and if its address were stale the UPDATE would
+		// skip it rather than touch another row, since it rechecks the
+		// address on the row's newest version. RETURNING has no order: the
+		// caller sorts.
 		claim: sql(`
 WITH c AS MATERIALIZED (
-	SELECT id FROM {t}
+	SELECT ctid FROM {t}
 	WHERE status = 'pending' AND available_at <= now()
 		AND (locked_until IS NULL OR locked_until <= now())
 	ORDER BY available_at, id
@@ -89,7 +91,7 @@ WITH c AS MATERIALIZED (
 )
 UPDATE {t} AS t
 SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
-WHERE t.id = ANY(ARRAY(SELECT id FROM c))
+WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM c))
 RETURNING ` + messageColumns),
 		release: sql(`
 UPDATE {t} SET locked_until = NULL, lease_token = NULL

@@ -181,8 +181,8 @@ func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) e
 // database's clock, leased ones included (they are due when their lease ends).
 // It is one read-only query on the pending index: a due message stops it at
 // once, and otherwise it reads only the messages in flight and the first
-// message due later. The wait is rounded up to whole microseconds, so a relay that sleeps
-// for it never wakes too early.
+// message due later. The wait is rounded up to whole microseconds, so a relay
+// that sleeps for it never wakes too early.
 func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	var wait pgtype.Int8
 	if err := s.pool.QueryRow(ctx, s.stmts.nextDue).Scan(&wait); err != nil {
