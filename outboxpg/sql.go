@@ -6,8 +6,10 @@ import "strings"
 // The pgx Store and the database/sql SQLWriter share it, so both write rows the
 // same way.
 type statements struct {
-	insert       string // $1..$7: ids, topics, keys, payloads, headers, created_ats, available_ats
-	insertNotify string // as insert, $8: channel
+	insert          string // $1..$7: ids, topics, keys, payloads, headers, created_ats, available_ats
+	insertNotify    string // as insert, $8: channel
+	insertOne       string // as insert, one message: $1..$7 are scalars
+	insertOneNotify string // as insertOne, $8: channel
 
 	settlePublished string // $1 ids, $2 token
 	settleKept      string // $1 ids, $2 token
@@ -40,14 +42,26 @@ SELECT m.id, m.topic, m.key, m.payload, m.headers::jsonb, COALESCE(m.created_at,
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[])
 	AS m(id, topic, key, payload, headers, created_at, available_at)`
 
-	return statements{
-		insert: sql(insert),
-		// A data-modifying CTE runs to completion even though the outer query
-		// ignores it, so inserting and notifying stay one statement. The
-		// notification is queued and only delivered if the transaction commits.
-		insertNotify: sql(`WITH ins AS (` + insert + `
+	// One message, the commonest write, goes as plain values: the same row
+	// without encoding seven one-element arrays and unnesting them.
+	insertOne := `
+INSERT INTO {t} (id, topic, key, payload, headers, created_at, available_at)
+VALUES ($1::uuid, $2::text, $3::text, $4::bytea, $5::text::jsonb, COALESCE($6::timestamptz, now()), COALESCE($7::timestamptz, now()))`
+
+	// A data-modifying CTE runs to completion even though the outer query
+	// ignores it, so inserting and notifying stay one statement. The
+	// notification is queued and only delivered if the transaction commits.
+	withNotify := func(insert string) string {
+		return sql(`WITH ins AS (` + insert + `
 )
-SELECT pg_notify($8, '')`),
+SELECT pg_notify($8, '')`)
+	}
+
+	return statements{
+		insert:          sql(insert),
+		insertNotify:    withNotify(insert),
+		insertOne:       sql(insertOne),
+		insertOneNotify: withNotify(insertOne),
 
 		settlePublished: sql(`DELETE FROM {t} WHERE id = ANY($1::uuid[]) AND lease_token = $2`),
 		settleKept: sql(`

@@ -136,7 +136,8 @@ func newInserter(n names, stmts *statements, notify bool) inserter {
 }
 
 // build returns the statement and its arguments: one array per column, so the
-// statement text and the parameter count do not depend on len(msgs).
+// statement text and the parameter count do not depend on len(msgs), or plain
+// values for a single message.
 func (in *inserter) build(msgs []*outbox.Message) (string, []any, error) {
 	var (
 		ids      = make([]pgtype.UUID, len(msgs))
@@ -176,6 +177,13 @@ func (in *inserter) build(msgs []*outbox.Message) (string, []any, error) {
 		if !m.AvailableAt.IsZero() {
 			due[i] = &m.AvailableAt
 		}
+	}
+	if len(msgs) == 1 {
+		args := []any{ids[0], topics[0], keys[0], payloads[0], headers[0], created[0], due[0]}
+		if in.notify {
+			return in.stmts.insertOneNotify, append(args, in.channel), nil
+		}
+		return in.stmts.insertOne, args, nil
 	}
 	args := []any{ids, topics, keys, payloads, headers, created, due}
 	if in.notify {
