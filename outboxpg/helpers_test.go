@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/google/uuid"
 	"net"
 	"strings"
 	"sync"
@@ -84,6 +85,17 @@ func pgxHarnessOn(t *testing.T, pool *pgxpool.Pool) storetest.Harness {
 				return errRollback
 			}))
 		},
+		SetStoredHeaders: setStoredHeaders(pool, store.Name()),
+	}
+}
+
+// setStoredHeaders is storetest.Harness.SetStoredHeaders for the table named
+// schema.table.
+func setStoredHeaders(pool *pgxpool.Pool, name string) func(ctx context.Context, id uuid.UUID, raw string) error {
+	schema, table, _ := strings.Cut(name, ".")
+	return func(ctx context.Context, id uuid.UUID, raw string) error {
+		_, err := pool.Exec(ctx, `UPDATE `+pgx.Identifier{schema, table}.Sanitize()+` SET headers = $1::jsonb WHERE id = $2`, raw, id)
+		return err
 	}
 }
 
@@ -112,6 +124,7 @@ func sqlHarness(t *testing.T) storetest.Harness {
 				return errRollback
 			}))
 		},
+		SetStoredHeaders: setStoredHeaders(pool, store.Name()),
 	}
 }
 

@@ -93,12 +93,7 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 		b.Queue(s.stmts.settleRetry, ids, delays, errs, pgUUID(settle.Token))
 	}
 	if len(settle.Dead) > 0 {
-		ids := make([]pgtype.UUID, len(settle.Dead))
-		errs := make([]string, len(settle.Dead))
-		for i, d := range settle.Dead {
-			ids[i], errs[i] = pgUUID(d.ID), d.Error
-		}
-		b.Queue(s.stmts.settleDead, ids, errs, pgUUID(settle.Token))
+		b.Queue(s.stmts.settleDead, deadArgs(settle.Dead, settle.Token)...)
 	}
 	settles := b.Len()
 	if claim.Limit > 0 {
@@ -109,7 +104,7 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 	}
 
 	br := s.pool.SendBatch(ctx, b)
-	msgs, err := s.readExchange(br, settles, claim.Limit > 0)
+	msgs, undecodable, err := s.readExchange(br, settles, claim.Limit > 0)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -117,33 +112,71 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 		return nil, fmt.Errorf("outboxpg: exchange on %s (settle %d published, %d retried, %d dead; claim %d): %w",
 			s.Name(), len(settle.Published), len(settle.Retry), len(settle.Dead), claim.Limit, err)
 	}
+	if len(undecodable) > 0 {
+		// No publisher could send these rows and retrying cannot change
+		// them: they go to the dead letters with the reason, where an
+		// operator sees them, instead of failing every claim that meets
+		// them. If this fails, their lease runs out and the next claim
+		// tries again; the rest of the batch is ours either way.
+		_ = s.settleDeadNow(ctx, claim.Token, undecodable)
+	}
 	return msgs, nil
 }
 
-func (s *Store) readExchange(br pgx.BatchResults, settles int, claiming bool) ([]outbox.Message, error) {
+// settleDeadNow dead-letters failed messages leased to token, outside a
+// relay's exchange.
+func (s *Store) settleDeadNow(ctx context.Context, token uuid.UUID, failed []outbox.Failure) error {
+	_, err := s.pool.Exec(ctx, s.stmts.settleDead, deadArgs(failed, token)...)
+	return err
+}
+
+// deadArgs are the arguments of statements.settleDead.
+func deadArgs(failed []outbox.Failure, token uuid.UUID) []any {
+	ids := make([]pgtype.UUID, len(failed))
+	errs := make([]string, len(failed))
+	for i, f := range failed {
+		ids[i], errs[i] = pgUUID(f.ID), f.Error
+	}
+	return []any{ids, errs, pgUUID(token)}
+}
+
+// readExchange reads the results of Exchange's batch: the claimed messages
+// whose headers decode, and the claimed ones whose headers do not.
+func (s *Store) readExchange(br pgx.BatchResults, settles int, claiming bool) (msgs []outbox.Message, undecodable []outbox.Failure, err error) {
 	for range settles {
 		if _, err := br.Exec(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if !claiming {
-		return nil, nil
+		return nil, nil, nil
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	msgs, err := collectMessages(rows)
+	msgs, undecodable, err = collectMessages(rows)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	msgs = withoutFailures(msgs, undecodable)
 	slices.SortFunc(msgs, func(a, b outbox.Message) int {
 		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
 			return c
 		}
 		return bytes.Compare(a.ID[:], b.ID[:])
 	})
-	return msgs, nil
+	return msgs, undecodable, nil
+}
+
+// withoutFailures returns msgs less those listed in failed, reusing msgs.
+func withoutFailures(msgs []outbox.Message, failed []outbox.Failure) []outbox.Message {
+	if len(failed) == 0 {
+		return msgs
+	}
+	return slices.DeleteFunc(msgs, func(m outbox.Message) bool {
+		return slices.ContainsFunc(failed, func(f outbox.Failure) bool { return f.ID == m.ID })
+	})
 }
 
 // pgUUID and pgUUIDs convert ids to a type pgx encodes in every query mode,
@@ -239,7 +272,7 @@ func (s *Store) Stats(ctx context.Context) (outbox.Stats, error) {
 // wrapping outbox.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
 	rows, _ := s.pool.Query(ctx, s.stmts.get, pgUUID(id))
-	msgs, err := collectMessages(rows)
+	msgs, _, err := collectMessages(rows)
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("outboxpg: get message %s from %s: %w", id, s.Name(), err)
 	}
@@ -256,7 +289,7 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 		return nil, fmt.Errorf("outboxpg: list dead messages in %s: limit %d must be positive", s.Name(), limit)
 	}
 	rows, _ := s.pool.Query(ctx, s.stmts.listDead, pgUUID(after), limit)
-	msgs, err := collectMessages(rows)
+	msgs, _, err := collectMessages(rows)
 	if err != nil {
 		return nil, fmt.Errorf("outboxpg: list dead messages in %s after %s: %w", s.Name(), after, err)
 	}
@@ -292,39 +325,45 @@ func (s *Store) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) 
 	return int(tag.RowsAffected()), nil
 }
 
-// collectMessages reads rows of messageColumns and closes rows.
-func collectMessages(rows pgx.Rows) ([]outbox.Message, error) {
-	var msgs []outbox.Message
+// collectMessages reads rows of messageColumns and closes rows. A row whose
+// headers do not decode (written by hand or by another program) comes back
+// without headers and is also listed in undecodable, with the reason, so that
+// a claim can dead-letter it instead of failing every exchange that meets it.
+func collectMessages(rows pgx.Rows) (msgs []outbox.Message, undecodable []outbox.Failure, err error) {
 	for rows.Next() {
-		m, err := scanMessage(rows)
+		m, headerErr, err := scanMessage(rows)
 		if err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
+		}
+		if headerErr != nil {
+			undecodable = append(undecodable, outbox.Failure{ID: m.ID, Error: headerErr.Error()})
 		}
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return msgs, nil
+	return msgs, undecodable, nil
 }
 
-func scanMessage(row pgx.Row) (outbox.Message, error) {
+// scanMessage reads one row of messageColumns. headerErr says why its headers
+// do not decode; the message is then returned without them.
+func scanMessage(row pgx.Row) (m outbox.Message, headerErr, err error) {
 	var (
-		m           outbox.Message
 		headers     []byte
 		lastError   pgtype.Text
 		status      string
 		publishedAt pgtype.Timestamptz
 	)
-	err := row.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt, &m.AvailableAt,
+	err = row.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt, &m.AvailableAt,
 		&m.Attempts, &lastError, &status, &publishedAt)
 	if err != nil {
-		return outbox.Message{}, err
+		return outbox.Message{}, nil, err
 	}
 	if headers != nil {
-		if m.Headers, err = headerjson.Decode(headers); err != nil {
-			return outbox.Message{}, fmt.Errorf("decode headers of message %s: %w", m.ID, err)
+		if m.Headers, headerErr = headerjson.Decode(headers); headerErr != nil {
+			headerErr = fmt.Errorf("outboxpg: message %s cannot be published: its stored headers do not decode: %w", m.ID, headerErr)
 		}
 	}
 	if m.Payload == nil {
@@ -337,5 +376,5 @@ func scanMessage(row pgx.Row) (outbox.Message, error) {
 	if publishedAt.Valid {
 		m.PublishedAt = publishedAt.Time.UTC()
 	}
-	return m, nil
+	return m, headerErr, nil
 }

@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/hex"
 	"errors"
+	"github.com/google/uuid"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -87,6 +88,10 @@ func harness(t *testing.T, store *outboxsqlite.Store) storetest.Harness {
 				}
 				return errRollback
 			}))
+		},
+		SetStoredHeaders: func(ctx context.Context, id uuid.UUID, raw string) error {
+			_, err := store.DB().ExecContext(ctx, `UPDATE `+store.Name()+` SET headers = ? WHERE id = ?`, raw, id.String())
+			return err
 		},
 	}
 }

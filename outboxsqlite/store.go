@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -154,7 +155,8 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 		if err != nil {
 			return err
 		}
-		if msgs, err = collectMessages(rows); err != nil || len(msgs) == 0 {
+		var undecodable []outbox.Failure
+		if msgs, undecodable, err = collectMessages(rows); err != nil || len(msgs) == 0 {
 			return err
 		}
 		claimed := make([]uuid.UUID, len(msgs))
@@ -168,7 +170,16 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 		if n, err := res.RowsAffected(); err != nil || n != int64(len(msgs)) {
 			return fmt.Errorf("leased %d of the %d messages read (%v); nothing claimed", n, len(msgs), err)
 		}
-		return nil
+		if len(undecodable) == 0 {
+			return nil
+		}
+		// No publisher could send these rows and retrying cannot change
+		// them: they go to the dead letters with the reason, in the same
+		// transaction, instead of failing every claim that meets them.
+		msgs = slices.DeleteFunc(msgs, func(m outbox.Message) bool {
+			return slices.ContainsFunc(undecodable, func(f outbox.Failure) bool { return f.ID == m.ID })
+		})
+		return s.settle(ctx, c, now, outbox.Settlement{Token: claim.Token, Dead: undecodable})
 	})
 	if err != nil {
 		return nil, fail(err)
@@ -306,7 +317,7 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
 	rows, err := s.db.QueryContext(ctx, s.stmts.get, id.String())
 	var msgs []outbox.Message
 	if err == nil {
-		msgs, err = collectMessages(rows)
+		msgs, _, err = collectMessages(rows)
 	}
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("outboxsqlite: get message %s from %s: %w", id, s.Name(), explain(err, s.path))
@@ -326,7 +337,7 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 	rows, err := s.db.QueryContext(ctx, s.stmts.listDead, after.String(), limit)
 	var msgs []outbox.Message
 	if err == nil {
-		msgs, err = collectMessages(rows)
+		msgs, _, err = collectMessages(rows)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("outboxsqlite: list dead messages in %s after %s: %w", s.Name(), after, explain(err, s.path))
@@ -381,39 +392,45 @@ func (s *Store) writeCount(ctx context.Context, exec func(ctx context.Context, c
 	return int(n), err
 }
 
-// collectMessages reads rows of messageColumns and closes rows.
-func collectMessages(rows *sql.Rows) ([]outbox.Message, error) {
+// collectMessages reads rows of messageColumns and closes rows. A row whose
+// headers do not decode (written by hand or by another program) comes back
+// without headers and is also listed in undecodable, with the reason, so that
+// a claim can dead-letter it instead of failing every exchange that meets it.
+func collectMessages(rows *sql.Rows) (msgs []outbox.Message, undecodable []outbox.Failure, err error) {
 	defer rows.Close()
-	var msgs []outbox.Message
 	for rows.Next() {
-		m, err := scanMessage(rows)
+		m, headerErr, err := scanMessage(rows)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if headerErr != nil {
+			undecodable = append(undecodable, outbox.Failure{ID: m.ID, Error: headerErr.Error()})
 		}
 		msgs = append(msgs, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return msgs, nil
+	return msgs, undecodable, nil
 }
 
-func scanMessage(rows *sql.Rows) (outbox.Message, error) {
+// scanMessage reads one row of messageColumns. headerErr says why its headers
+// do not decode; the message is then returned without them.
+func scanMessage(rows *sql.Rows) (m outbox.Message, headerErr, err error) {
 	var (
-		m                      outbox.Message
 		headers, lastError     sql.NullString
 		createdAt, availableAt int64
 		publishedAt            sql.NullInt64
 		status                 string
 	)
-	err := rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &createdAt, &availableAt,
+	err = rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &createdAt, &availableAt,
 		&m.Attempts, &lastError, &status, &publishedAt)
 	if err != nil {
-		return outbox.Message{}, err
+		return outbox.Message{}, nil, err
 	}
 	if headers.Valid {
-		if m.Headers, err = headerjson.Decode([]byte(headers.String)); err != nil {
-			return outbox.Message{}, fmt.Errorf("decode headers of message %s: %w", m.ID, err)
+		if m.Headers, headerErr = headerjson.Decode([]byte(headers.String)); headerErr != nil {
+			headerErr = fmt.Errorf("outboxsqlite: message %s cannot be published: its stored headers do not decode: %w", m.ID, headerErr)
 		}
 	}
 	if m.Payload == nil {
@@ -426,7 +443,7 @@ func scanMessage(rows *sql.Rows) (outbox.Message, error) {
 	if publishedAt.Valid {
 		m.PublishedAt = fromMicros(publishedAt.Int64)
 	}
-	return m, nil
+	return m, headerErr, nil
 }
 
 // idsJSON encodes ids as a JSON array of strings, for json_each.

@@ -26,6 +26,7 @@ var cases = []testCase{
 	{"published settlement deletes the message or keeps it as published", testPublishedSettlement},
 	{"retry settlement counts an attempt, keeps the error and delays the message", testRetrySettlement},
 	{"dead settlement dead-letters the message with its error", testDeadSettlement},
+	{"a claim dead-letters a message whose stored headers do not decode", testUndecodableHeaders},
 	{"settlement with a stale token changes nothing", testStaleToken},
 	{"exchange settles and claims in the same call", testExchangeSettlesAndClaims},
 	{"release makes messages due at once without counting an attempt", testRelease},
@@ -317,6 +318,29 @@ func testDeadSettlement(t *testing.T, s *suite) {
 	s.claimIDs(t, 10, longLease, msgs[1].ID) // the dead message is never claimed
 	if st := s.stats(t); st.Dead != 1 {
 		t.Fatalf("stats: %d dead; want 1 (%s)", st.Dead, msgs[0].ID)
+	}
+}
+
+func testUndecodableHeaders(t *testing.T, s *suite) {
+	if s.h.SetStoredHeaders == nil {
+		t.Skip("the harness cannot set stored headers")
+	}
+	msgs := newMessages("orders.created", 3)
+	s.write(t, msgs...)
+	bad := msgs[1].ID
+	// A JSON object, so any store's column takes it, but not of strings.
+	if err := s.h.SetStoredHeaders(t.Context(), bad, `{"attempt": 1}`); err != nil {
+		t.Fatalf("set stored headers of %s: %v", bad, err)
+	}
+	// The others are claimed: one row must not stop every claim.
+	s.claimIDs(t, 10, longLease, msgs[0].ID, msgs[2].ID)
+	got := s.get(t, bad)
+	if got.Status != outbox.StatusDead || got.Attempts != 1 || !strings.Contains(got.LastError, "headers") {
+		t.Fatalf("message %s with undecodable headers: status %q, attempts %d, last error %q; want dead after 1 attempt, saying the headers do not decode",
+			bad, got.Status, got.Attempts, got.LastError)
+	}
+	if dead, err := s.h.Admin.ListDead(t.Context(), uuid.Nil, 10); err != nil || len(dead) != 1 || dead[0].ID != bad {
+		t.Fatalf("list dead: %d message(s), %v; want %s, listed despite its headers", len(dead), err, bad)
 	}
 }
 

@@ -45,6 +45,10 @@ type Harness struct {
 	// WriteRollback writes msgs in one transaction and rolls it back. It
 	// returns an error only if writing failed.
 	WriteRollback func(ctx context.Context, msgs ...*outbox.Message) error
+	// SetStoredHeaders overwrites the stored headers of message id with raw,
+	// as another program writing to the table could. Nil skips the cases
+	// that need it.
+	SetStoredHeaders func(ctx context.Context, id uuid.UUID, raw string) error
 }
 
 // Run runs the conformance suite. newHarness is called once per subtest, with

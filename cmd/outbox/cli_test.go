@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -108,8 +109,9 @@ func TestCLIMigrateSendStatusAndDeadLetters(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustCLI(t, with("status", "--json")...)), &st); err != nil || st.Pending != 0 || st.Dead != 0 {
 		t.Fatalf("status after discard: %+v, %v; want empty", st, err)
 	}
-	if out := mustCLI(t, with("migrate", "down")...); !strings.Contains(out, "reverted migration(s) 1") {
-		t.Fatalf("migrate down printed %q", out)
+	// One step: the latest migration of the backend's own numbering.
+	if out := mustCLI(t, with("migrate", "down")...); !regexp.MustCompile(`reverted migration\(s\) [0-9]+\n$`).MatchString(out) {
+		t.Fatalf("migrate down printed %q; want one migration reverted", out)
 	}
 }
 
