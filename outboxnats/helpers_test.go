@@ -2,15 +2,10 @@ package outboxnats_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/go-outbox/outbox"
@@ -22,21 +17,10 @@ import (
 	"github.com/go-outbox/outbox/relaytest"
 )
 
-var streamSeq atomic.Int64
-
-// newStream creates a stream with a fresh name capturing "<lowercase
-// name>.>" and returns its name and subject prefix (with the trailing dot).
+// newStream creates a stream with a fresh name; see natstest.NewStream.
 func newStream(t *testing.T, js jetstream.JetStream, cfg jetstream.StreamConfig) (name, prefix string) {
 	t.Helper()
-	n := streamSeq.Add(1)
-	name = fmt.Sprintf("S%d", n)
-	prefix = fmt.Sprintf("s%d.", n)
-	cfg.Name = name
-	cfg.Subjects = []string{prefix + ">"}
-	if _, err := js.CreateStream(ctxFor(t, 10*time.Second), cfg); err != nil {
-		t.Fatalf("create stream %s: %v", name, err)
-	}
-	return name, prefix
+	return natstest.NewStream(t, js, cfg)
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
@@ -61,44 +45,17 @@ func dial(t *testing.T, srv *natstest.Server, cfg outboxnats.Config) *outboxnats
 	return p
 }
 
-// receiver reads a stream from its start with an ordered consumer; each call
-// continues where the previous one stopped.
+// receiver reads a stream from its start; each call continues where the
+// previous one stopped.
 func receiver(js jetstream.JetStream, stream string) func(ctx context.Context, n int) ([]publishertest.Received, error) {
-	var (
-		mu   sync.Mutex
-		cons jetstream.Consumer
-	)
+	r := natstest.NewReader(js, stream)
 	return func(ctx context.Context, n int) ([]publishertest.Received, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if cons == nil {
-			c, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
-			if err != nil {
-				return nil, err
-			}
-			cons = c
+		msgs, err := r.Next(ctx, n)
+		out := make([]publishertest.Received, len(msgs))
+		for i, m := range msgs {
+			out[i] = received(m)
 		}
-		var out []publishertest.Received
-		for len(out) < n {
-			wait := time.Second
-			if dl, ok := ctx.Deadline(); ok {
-				wait = min(wait, time.Until(dl))
-			}
-			if wait <= 0 || ctx.Err() != nil {
-				return out, fmt.Errorf("received %d of %d messages: %w", len(out), n, context.DeadlineExceeded)
-			}
-			batch, err := cons.Fetch(n-len(out), jetstream.FetchMaxWait(wait))
-			if err != nil {
-				return out, err
-			}
-			for m := range batch.Messages() {
-				out = append(out, received(m))
-			}
-			if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-				return out, err
-			}
-		}
-		return out, nil
+		return out, err
 	}
 }
 

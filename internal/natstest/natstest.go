@@ -7,10 +7,12 @@
 package natstest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,4 +195,78 @@ func (s *Server) JetStream(t testing.TB, opts ...nats.Option) jetstream.JetStrea
 		t.Fatalf("natstest: jetstream: %v", err)
 	}
 	return js
+}
+
+var streamSeq atomic.Int64
+
+// NewStream creates a stream on js with a fresh name, capturing the subjects
+// "<prefix>>", and returns its name and prefix (ending with a dot: publish to
+// prefix+"orders.created"). cfg gives the other settings (storage, duplicate
+// window, limits); its Name and Subjects are replaced. It fails t if the
+// stream cannot be created within 10s.
+func NewStream(t testing.TB, js jetstream.JetStream, cfg jetstream.StreamConfig) (name, prefix string) {
+	t.Helper()
+	n := streamSeq.Add(1)
+	name = fmt.Sprintf("S%d", n)
+	prefix = fmt.Sprintf("s%d.", n)
+	cfg.Name = name
+	cfg.Subjects = []string{prefix + ">"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatalf("natstest: create stream %s: %v", name, err)
+	}
+	return name, prefix
+}
+
+// Reader reads a stream from its first message, in stream order, through an
+// ordered consumer (which survives server restarts). Each Next continues
+// where the previous one stopped. It is safe for concurrent use.
+type Reader struct {
+	js     jetstream.JetStream
+	stream string
+
+	mu   sync.Mutex
+	cons jetstream.Consumer
+}
+
+// NewReader returns a reader of stream; it creates its consumer on first
+// use.
+func NewReader(js jetstream.JetStream, stream string) *Reader {
+	return &Reader{js: js, stream: stream}
+}
+
+// Next returns the next n messages of the stream, waiting for them until
+// ctx ends; then it returns those it got with an error.
+func (r *Reader) Next(ctx context.Context, n int) ([]jetstream.Msg, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cons == nil {
+		c, err := r.js.OrderedConsumer(ctx, r.stream, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			return nil, err
+		}
+		r.cons = c
+	}
+	var out []jetstream.Msg
+	for len(out) < n {
+		wait := time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if wait <= 0 || ctx.Err() != nil {
+			return out, fmt.Errorf("received %d of %d messages of stream %s: %w", len(out), n, r.stream, context.DeadlineExceeded)
+		}
+		batch, err := r.cons.Fetch(n-len(out), jetstream.FetchMaxWait(wait))
+		if err != nil {
+			return out, err
+		}
+		for m := range batch.Messages() {
+			out = append(out, m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return out, err
+		}
+	}
+	return out, nil
 }

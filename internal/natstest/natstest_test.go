@@ -67,3 +67,40 @@ func TestStartWithAppliesOptions(t *testing.T) {
 		t.Fatalf("MaxPayload = %d, want 2048", got)
 	}
 }
+
+// NewStream gives each stream a fresh name and subjects; a Reader reads it
+// from the start, each Next where the previous stopped.
+func TestNewStreamAndReaderReadInOrderAcrossCalls(t *testing.T) {
+	t.Parallel()
+	js := natstest.Start(t).JetStream(t)
+	name, prefix := natstest.NewStream(t, js, jetstream.StreamConfig{})
+	other, otherPrefix := natstest.NewStream(t, js, jetstream.StreamConfig{})
+	if name == other || prefix == otherPrefix {
+		t.Fatalf("two streams share a name or prefix: %s %s, %s %s", name, prefix, other, otherPrefix)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, body := range []string{"a", "b", "c"} {
+		if _, err := js.Publish(ctx, prefix+"x", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := natstest.NewReader(js, name)
+	first, err := r.Next(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest, err := r.Next(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(first[0].Data()) + string(first[1].Data()) + string(rest[0].Data())
+	if got != "abc" {
+		t.Fatalf("read %q, want abc", got)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if more, err := r.Next(short, 1); err == nil || len(more) != 0 {
+		t.Fatalf("Next past the end: %d messages, %v; want none and an error", len(more), err)
+	}
+}
