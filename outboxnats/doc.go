@@ -61,4 +61,13 @@
 // acknowledged after the reconnection if that comes within AckTimeout, or
 // reported as retryable, and possibly stored later, which the duplicate
 // window absorbs.
+//
+// A network path that stops taking data without breaking (a stalled link)
+// blocks nats.go's writes, under its connection lock, until its
+// FlusherTimeout (a minute by default); the server's pings would notice the
+// dead connection only after minutes. On a Dial'ed connection, a batch still
+// sending 2s after its context ended closes the network connection under
+// nats.go, which ends the write and makes nats.go reconnect, so a batch
+// never holds the relay much past its lease; Close does the same at its
+// DrainTimeout. With New, the caller's FlusherTimeout bounds such a write.
 package outboxnats

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -38,6 +39,13 @@ const (
 	// DrainTimeoutDefault bounds how long Close drains a Dial'ed connection.
 	DrainTimeoutDefault = 5 * time.Second
 )
+
+// sendGrace is how long sending may go on after Publish's context ended
+// before the network connection of a Dial'ed publisher is closed under
+// nats.go: a write to a network path that stopped taking data blocks (up to
+// nats.go's FlusherTimeout, a minute by default) while holding the
+// connection's lock, and nothing else would end it.
+const sendGrace = 2 * time.Second
 
 // ErrClosed is returned, for every message, by Publish after Close. It
 // matches outbox.ErrClosed with errors.Is and is retryable: another relay
@@ -161,7 +169,10 @@ type Publisher struct {
 	// ncClosed is closed once nc's closed handler has run: the last of the
 	// connection's callbacks.
 	ncClosed <-chan struct{}
-	pubOpts  []jetstream.PublishOpt
+	// raw is the network connection under nc, which a stuck write is ended
+	// by closing; nil for a connection given to New.
+	raw     *rawConn
+	pubOpts []jetstream.PublishOpt
 
 	mu     sync.RWMutex // held for reading by Publish, for writing by Close
 	closed bool
@@ -220,10 +231,12 @@ func Dial(url string, cfg Config) (*Publisher, error) {
 		}),
 	}
 	opts = append(opts, cfg.ConnectOptions...)
-	// Last, so that it wraps whatever closed handler the options set: Close
-	// waits for it, so no callback runs after Close returns.
+	// Last, so that it wraps whatever closed handler and dialer the options
+	// set. Close waits for the closed handler, so no callback runs after
+	// Close returns.
 	closed := make(chan struct{})
 	var once sync.Once
+	raw := &rawConn{}
 	opts = append(opts, func(o *nats.Options) error {
 		prev := o.ClosedCB
 		o.ClosedCB = func(nc *nats.Conn) {
@@ -232,6 +245,7 @@ func Dial(url string, cfg Config) (*Publisher, error) {
 			}
 			once.Do(func() { close(closed) })
 		}
+		o.CustomDialer = trackingDialer{inner: innerDialer(o), raw: raw}
 		return nil
 	})
 	nc, err := nats.Connect(url, opts...)
@@ -249,8 +263,71 @@ func Dial(url string, cfg Config) (*Publisher, error) {
 		nc.Close()
 		return nil, err
 	}
-	p.nc, p.ncClosed = nc, closed
+	p.nc, p.ncClosed, p.raw = nc, closed, raw
 	return p, nil
+}
+
+// rawConn is the latest network connection a Dial'ed publisher's nats.Conn
+// made.
+type rawConn struct {
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+func (r *rawConn) set(c net.Conn) {
+	r.mu.Lock()
+	r.conn = c
+	r.mu.Unlock()
+}
+
+// close closes the network connection: a write blocked on it fails, and
+// nats.go reconnects.
+func (r *rawConn) close() {
+	r.mu.Lock()
+	c := r.conn
+	r.mu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
+}
+
+// trackingDialer dials with inner and remembers the connection.
+type trackingDialer struct {
+	inner nats.CustomDialer
+	raw   *rawConn
+}
+
+func (d trackingDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := d.inner.Dial(network, address)
+	if err == nil {
+		d.raw.set(c)
+	}
+	return c, err
+}
+
+// SkipTLSHandshake passes on the answer of the inner dialer, if it has one
+// (nats.go asks custom dialers that dial TLS themselves).
+func (d trackingDialer) SkipTLSHandshake() bool {
+	s, ok := d.inner.(interface{ SkipTLSHandshake() bool })
+	return ok && s.SkipTLSHandshake()
+}
+
+// innerDialer is the dialer nats.go would use with o: its CustomDialer, else
+// its Dialer, else a net.Dialer with its Timeout; with its multipath TCP
+// setting, which nats.go applies to a Dialer only.
+func innerDialer(o *nats.Options) nats.CustomDialer {
+	if o.CustomDialer != nil {
+		return o.CustomDialer
+	}
+	d := &net.Dialer{Timeout: o.Timeout}
+	if o.Dialer != nil {
+		c := *o.Dialer
+		d = &c
+	}
+	if o.AllowMultipathTCP != nil {
+		d.SetMultipathTCP(*o.AllowMultipathTCP)
+	}
+	return d
 }
 
 // redactURL keeps the scheme, hosts and path of a NATS URL list, dropping
@@ -289,16 +366,22 @@ func (p *Publisher) Close() error {
 	if p.nc == nil {
 		return nil
 	}
+	// Drain and Close take the connection's lock, which a write stuck on a
+	// stalled network holds: at the deadline, close the network connection
+	// under them, which ends the write.
+	timer := time.NewTimer(p.cfg.DrainTimeout)
+	defer timer.Stop()
+	unstick := time.AfterFunc(p.cfg.DrainTimeout, p.raw.close)
+	defer unstick.Stop()
 	if err := p.nc.Drain(); err != nil {
 		// Drain refuses a reconnecting or closed connection: nothing is in
 		// flight that draining could save, so just close it.
 		p.nc.Close()
 	}
-	timer := time.NewTimer(p.cfg.DrainTimeout)
-	defer timer.Stop()
 	select {
 	case <-p.ncClosed:
 	case <-timer.C:
+		p.raw.close()
 		p.nc.Close()
 		// The closed handler runs soon after; wait a little for it, so
 		// it does not log after Close returned.
@@ -330,6 +413,23 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 		fmt.Errorf("Config.AckTimeout (%v) expired: %w", p.cfg.AckTimeout, context.DeadlineExceeded))
 	defer cancel()
 
+	// Sending blocks when the network path stops taking data; only closing
+	// the connection unblocks it.
+	sent := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		if p.raw == nil {
+			return // the caller's connection: its FlusherTimeout bounds a write
+		}
+		t := time.NewTimer(sendGrace)
+		defer t.Stop()
+		select {
+		case <-sent:
+		case <-t.C:
+			p.cfg.Logger.Warn("outboxnats: publishing still blocked after the context ended (a stalled network?); closing the connection",
+				slog.Duration("grace", sendGrace))
+			p.raw.close()
+		}
+	})
 	subjects := make([]string, len(batch))
 	futures := make([]jetstream.PubAckFuture, len(batch))
 	for i := range batch {
@@ -352,6 +452,8 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 		}
 		futures[i] = f
 	}
+	close(sent)
+	stopWatch()
 
 	var noResponders []int
 	for i, f := range futures {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/natstest"
+	"github.com/go-outbox/outbox/internal/proxytest"
 	"github.com/go-outbox/outbox/outboxnats"
 	"github.com/go-outbox/outbox/publishertest"
 	"github.com/go-outbox/outbox/relaytest"
@@ -403,6 +404,68 @@ func TestSubjectMappingAndOutboxHeaders(t *testing.T) {
 		if _, ok := h[outboxnats.HeaderKey]; ok != (want.Key != "") || h.Get(outboxnats.HeaderKey) != want.Key {
 			t.Errorf("message %s: %s header %q, want %q (absent when empty)", want.ID, outboxnats.HeaderKey, h.Get(outboxnats.HeaderKey), want.Key)
 		}
+	}
+}
+
+// A network path that stops taking data blocks nats.go's writes, under its
+// connection lock, for up to its FlusherTimeout (a minute by default): a
+// batch must still end with its context (a relay's lease), which the
+// publisher makes sure of by closing the network connection under nats.go,
+// which then reconnects. Close does not wait for the stall either.
+func TestPublishOnAStalledNetworkEndsWithTheContext(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	admin := srv.JetStream(t)
+	stream, prefix := newStream(t, admin, jetstream.StreamConfig{})
+	proxy := proxytest.ForURL(t, srv.URL())
+	pub, err := outboxnats.Dial(proxy.URL(srv.URL()), outboxnats.Config{
+		SubjectPrefix: prefix, Stream: stream, DrainTimeout: time.Second,
+		ConnectOptions: natstest.ClientOptions(), Logger: relaytest.TestLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	for i, err := range pub.Publish(ctxFor(t, 30*time.Second), publishertest.Messages("orders.created", 3)) {
+		if err != nil {
+			t.Fatalf("message %d before the stall: %v", i, err)
+		}
+	}
+
+	proxy.Stall()
+	// 12 MiB: more than the sockets' buffers on the way take.
+	batch := publishertest.Messages("orders.created", 50)
+	for i := range batch {
+		batch[i].Payload = make([]byte, 256<<10)
+	}
+	start := time.Now()
+	errs := pub.Publish(ctxFor(t, 500*time.Millisecond), batch)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Publish took %v with a 500ms context on a stalled network", took.Round(time.Millisecond))
+	}
+	for i, err := range errs {
+		if err == nil || outbox.IsPermanent(err) {
+			t.Errorf("message %s on a stalled network: %v; want a retryable error", batch[i].ID, err)
+		}
+	}
+
+	// What the stall held is dropped, as by a network that never recovers.
+	proxy.Cut()
+	again := publishertest.Messages("orders.created", 3)
+	// Acknowledged, so stored in the stream.
+	waitFor(t, 30*time.Second, "a batch to go through after the stall", func() bool {
+		for _, err := range pub.Publish(ctxFor(t, 5*time.Second), again) {
+			if err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	proxy.Stall()
+	start = time.Now()
+	_ = pub.Close()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Close took %v on a stalled network with a 1s drain timeout", took.Round(time.Millisecond))
 	}
 }
 
