@@ -382,6 +382,61 @@ func (c *Consumer) Connects() int {
 	return c.connects
 }
 
+// QueueWatch reads a queue's message count, over a connection of its own
+// that it opens again after a broker restart.
+type QueueWatch struct {
+	url, queue string
+
+	mu   sync.Mutex
+	conn *amqp.Connection
+	ch   *amqp.Channel
+}
+
+// WatchQueue returns a watch of queue; its connection closes when the test
+// ends.
+func WatchQueue(t testing.TB, url, queue string) *QueueWatch {
+	q := &QueueWatch{url: url, queue: queue}
+	t.Cleanup(func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.reset()
+	})
+	return q
+}
+
+// Ready returns the number of messages ready for delivery in the queue
+// (messages delivered to a consumer and not yet acked are not counted), or
+// why the broker could not tell, e.g. while it is down.
+func (q *QueueWatch) Ready() (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.ch == nil || q.ch.IsClosed() {
+		q.reset()
+		conn, err := amqp.Dial(q.url)
+		if err != nil {
+			return 0, err
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			_ = conn.Close()
+			return 0, err
+		}
+		q.conn, q.ch = conn, ch
+	}
+	st, err := q.ch.QueueDeclarePassive(q.queue, true, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("amqptest: queue %s: %w", q.queue, err)
+	}
+	return st.Messages, nil
+}
+
+func (q *QueueWatch) reset() {
+	if q.conn != nil {
+		_ = q.conn.Close()
+	}
+	q.conn, q.ch = nil, nil
+}
+
 // ClosedURL returns an amqp:// URL for 127.0.0.1 on a port where nothing
 // listens (one that was just free).
 func ClosedURL(t testing.TB) string {

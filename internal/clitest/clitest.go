@@ -1,6 +1,6 @@
 // Package clitest builds the outbox command once per test binary and runs relay
-// processes of it that publish to a JSON-lines file, for tests that kill,
-// stall or restart relays for real.
+// processes of it, publishing to a JSON-lines file or to a broker, for tests
+// that kill, stall or restart relays for real.
 package clitest
 
 import (
@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,7 +49,7 @@ func Binary(t testing.TB) string {
 	return bin
 }
 
-// Relay is a running `outbox relay` process publishing to a shared file.
+// Relay is a running `outbox relay` process.
 type Relay struct {
 	Cmd    *exec.Cmd
 	stderr *bytes.Buffer
@@ -59,7 +60,15 @@ type Relay struct {
 // appended to the file out. The process is killed when the test ends.
 func StartRelay(t testing.TB, out *os.File, args ...string) *Relay {
 	t.Helper()
-	cmd := exec.Command(Binary(t), append([]string{"relay", "--publisher", "stdout:"}, args...)...)
+	return StartRelayTo(t, "stdout:", out, args...)
+}
+
+// StartRelayTo starts `outbox relay --publisher publisher` with args; its
+// standard output goes to out (nil discards it), its standard error is shown
+// if the test fails. The process is killed when the test ends.
+func StartRelayTo(t testing.TB, publisher string, out io.Writer, args ...string) *Relay {
+	t.Helper()
+	cmd := exec.Command(Binary(t), append([]string{"relay", "--publisher", publisher}, args...)...)
 	cmd.Stdout = out
 	r := &Relay{Cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = r.stderr
@@ -82,14 +91,28 @@ func (r *Relay) Kill() {
 	<-r.done
 }
 
-// Stop sends SIGTERM (graceful shutdown) and waits for the process to end.
-func (r *Relay) Stop() {
+// Stop sends SIGINT (graceful shutdown) and waits for the process to end,
+// killing it after 60s.
+func (r *Relay) Stop() { r.StopWithin(60 * time.Second) }
+
+// StopWithin sends SIGINT (graceful shutdown) and waits up to d for the
+// process to end. It reports whether it did; if not, it is killed.
+func (r *Relay) StopWithin(d time.Duration) bool {
 	_ = r.Cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-r.done:
-	case <-time.After(60 * time.Second):
+		return true
+	case <-time.After(d):
 		r.Kill()
+		return false
 	}
+}
+
+// Stderr returns what the process wrote to its standard error. Call it once
+// the process has ended.
+func (r *Relay) Stderr() string {
+	<-r.done
+	return r.stderr.String()
 }
 
 // Exited reports whether the process has ended.
