@@ -1,20 +1,25 @@
 //go:build fault
 
 // Package fault is the fault-injection suite: relay processes killed at random
-// moments, the database stopped and restarted, a stalled connection. Every
-// scenario ends with the same invariant check: every committed message
-// delivered, no rolled-back message delivered, duplicates only from batches in
-// flight at a fault, counted and bounded. Run it with scripts/fault (it needs
-// a PostgreSQL it may stop: TEST_PG_CTL, TEST_PGDATA, TEST_PG_RUNAS).
+// moments, the database stopped and restarted, RabbitMQ and NATS stopped and
+// restarted under relays publishing to them, stalled connections to the
+// database and to the brokers. Every scenario ends with the same invariant
+// check: every committed message delivered, no rolled-back message delivered,
+// duplicates only from batches in flight at a fault, counted and bounded. Run
+// it with scripts/fault (it needs a PostgreSQL it may stop: TEST_PG_CTL,
+// TEST_PGDATA, TEST_PG_RUNAS; and a RabbitMQ it may stop: TEST_AMQP_URL,
+// TEST_RABBITMQ_CTL). broker_test.go holds the broker scenarios.
 package fault
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -28,30 +33,36 @@ import (
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/clitest"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/internal/proxytest"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
 // report collects one line per scenario, printed after all tests.
 var report struct {
 	sync.Mutex
-	lines []string
+	lines []struct{ name, counts string }
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	report.Lock()
-	sort.Strings(report.lines)
-	fmt.Println("\nfault suite report")
-	fmt.Printf("%-40s %9s %9s %7s %10s %6s\n", "scenario", "committed", "ambiguous", "faults", "duplicates", "bound")
+	sort.Slice(report.lines, func(i, j int) bool { return report.lines[i].name < report.lines[j].name })
+	width := len("scenario")
 	for _, l := range report.lines {
-		fmt.Println(l)
+		width = max(width, len(l.name))
+	}
+	fmt.Println("\nfault suite report")
+	fmt.Printf("%-*s %9s %9s %7s %10s %6s\n", width, "scenario", "committed", "ambiguous", "faults", "duplicates", "bound")
+	for _, l := range report.lines {
+		fmt.Printf("%-*s %s\n", width, l.name, l.counts)
 	}
 	report.Unlock()
 	os.Exit(code)
 }
 
-// scenario is one run: a table, writers, relay processes and the file they
-// publish to.
+// scenario is one run: a table, writers, relay processes and where they
+// publish: a JSON-lines file by default, a broker after toRabbitMQ or
+// toNATS.
 type scenario struct {
 	t         *testing.T
 	name      string
@@ -61,6 +72,16 @@ type scenario struct {
 	store     *outboxpg.Store
 	published string
 	out       *os.File
+
+	// publisher is the relays' --publisher URL.
+	publisher string
+	// arrived counts the messages at the destination so far, duplicates
+	// included, for waits on progress; -1 while it cannot tell (a broker
+	// down).
+	arrived func() int
+	// delivered counts each message id at the destination, once the relays
+	// are stopped.
+	delivered func() map[uuid.UUID]int
 
 	mu         sync.Mutex
 	committed  []uuid.UUID // commit returned nil: must be delivered
@@ -95,14 +116,55 @@ func newScenario(t *testing.T, name string) *scenario {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.out.Close() })
+	s.publisher = "stdout:"
+	s.arrived = func() int { return clitest.Lines(t, s.published) }
+	s.delivered = func() map[uuid.UUID]int { return clitest.Published(t, s.published) }
 	return s
 }
 
-// relayArgs are the flags every relay of the scenario gets, plus extra.
+// startRelay starts a relay process on the database at url publishing to the
+// scenario's destination, with the flags every relay of the scenario gets,
+// unless extra (flags and their values) gives them too.
 func (s *scenario) startRelay(url string, extra ...string) *clitest.Relay {
-	args := append([]string{"--database-url", url, "--schema", s.schema, "--batch-size", "50", "--workers", "2",
-		"--lease", "3s", "--poll-interval", "100ms", "--log-level", "warn"}, extra...)
-	return clitest.StartRelay(s.t, s.out, args...)
+	return s.startRelayTo(url, s.publisher, extra...)
+}
+
+// startRelayTo is startRelay with another --publisher URL (the same
+// destination through a proxy).
+func (s *scenario) startRelayTo(url, publisher string, extra ...string) *clitest.Relay {
+	args := []string{"--database-url", url, "--schema", s.schema}
+	for _, f := range [][2]string{{"--batch-size", "50"}, {"--workers", "2"}, {"--lease", "3s"},
+		{"--poll-interval", "100ms"}, {"--log-level", "warn"}} {
+		if !slices.Contains(extra, f[0]) {
+			args = append(args, f[0], f[1])
+		}
+	}
+	args = append(args, extra...)
+	var out io.Writer
+	if publisher == "stdout:" {
+		out = s.out
+	}
+	return clitest.StartRelayTo(s.t, publisher, out, args...)
+}
+
+// committedCount returns how many messages are known committed so far.
+func (s *scenario) committedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.committed)
+}
+
+// failedAttempts counts pending messages that failed to publish at least
+// once, or returns -1 if the database cannot tell.
+func (s *scenario) failedAttempts() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var n int
+	q := "SELECT count(*) FROM " + pgx.Identifier{s.schema, outboxpg.TableDefault}.Sanitize() + " WHERE attempts > 0"
+	if err := s.pool.QueryRow(ctx, q).Scan(&n); err != nil {
+		return -1
+	}
+	return n
 }
 
 // write commits total messages in transactions of ten from writers
@@ -190,7 +252,7 @@ func (s *scenario) drain(timeout time.Duration) {
 // check verifies the invariants and records the scenario in the report.
 func (s *scenario) check(faults, bound int) {
 	s.t.Helper()
-	counts := clitest.Published(s.t, s.published)
+	counts := s.delivered()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	duplicates := 0
@@ -216,11 +278,11 @@ func (s *scenario) check(faults, bound int) {
 	if extra := len(counts) - known; extra > 0 {
 		s.t.Errorf("%s: %d delivered messages were never written", s.name, extra)
 	}
-	line := fmt.Sprintf("%-40s %9d %9d %7d %10d %6d", s.name, len(s.committed), len(s.ambiguous), faults, duplicates, bound)
+	line := fmt.Sprintf("%9d %9d %7d %10d %6d", len(s.committed), len(s.ambiguous), faults, duplicates, bound)
 	report.Lock()
-	report.lines = append(report.lines, line)
+	report.lines = append(report.lines, struct{ name, counts string }{s.name, line})
 	report.Unlock()
-	s.t.Log(line)
+	s.t.Log(s.name + " " + line)
 	if duplicates > bound {
 		s.t.Errorf("%s: %d duplicates, want at most %d (batches in flight at the faults)", s.name, duplicates, bound)
 	}
@@ -237,8 +299,8 @@ func TestFaultRelayKilledTenTimes(t *testing.T) {
 	relays := []*clitest.Relay{s.startRelay(s.url), s.startRelay(s.url)}
 	const kills = 10
 	for k := range kills {
-		before := clitest.Lines(t, s.published)
-		waitFor(t, time.Minute, "relays to publish", func() bool { return clitest.Lines(t, s.published) > before })
+		before := s.arrived()
+		waitFor(t, time.Minute, "relays to publish", func() bool { return s.arrived() > before })
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
 		i := k % len(relays)
 		relays[i].Kill()
@@ -266,7 +328,7 @@ func TestFaultDatabaseRestartedMidRun(t *testing.T) {
 	writeDone := make(chan error, 1)
 	go func() { writeDone <- s.write(ctx, 20000, 4) }()
 	relays := []*clitest.Relay{s.startRelay(s.url), s.startRelay(s.url)}
-	waitFor(t, time.Minute, "relays to publish", func() bool { return clitest.Lines(t, s.published) > 2000 })
+	waitFor(t, time.Minute, "relays to publish", func() bool { return s.arrived() > 2000 })
 	ctl("stop", "-m", "fast")
 	time.Sleep(2 * time.Second) // the outage
 	ctl("start", "-l", filepath.Join(os.TempDir(), "outbox-fault-pg.log"))
@@ -323,20 +385,20 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // expire and another relay takes its messages over.
 func TestFaultStalledDatabaseConnection(t *testing.T) {
 	s := newScenario(t, "stalled relay-database link, 10k msgs")
-	p := startProxy(t, hostPort(t, s.url))
+	p := proxytest.ForURL(t, s.url)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	writeDone := make(chan error, 1)
 	go func() { writeDone <- s.write(ctx, 10000, 2) }()
-	stalled := s.startRelay(p.url(t, s.url))
-	waitFor(t, time.Minute, "the proxied relay to publish", func() bool { return clitest.Lines(t, s.published) > 1000 })
-	p.stall(true)
+	stalled := s.startRelay(p.URL(s.url))
+	waitFor(t, time.Minute, "the proxied relay to publish", func() bool { return s.arrived() > 1000 })
+	p.Stall()
 	taker := s.startRelay(s.url)
 	if err := <-writeDone; err != nil {
 		t.Fatal(err)
 	}
 	s.drain(2 * time.Minute)
-	p.stall(false)
+	p.Release()
 	taker.Stop()
 	stalled.Stop()
 	// The stalled relay's batches in flight may be published twice.
