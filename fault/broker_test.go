@@ -159,12 +159,7 @@ func brokerOutage(t *testing.T, s *scenario, total int, stop, start func()) {
 		t.Fatal(err)
 	}
 	s.drain(2 * time.Minute)
-	for _, r := range relays {
-		if r.Exited() {
-			t.Errorf("a relay process exited during the broker outage instead of reconnecting")
-		}
-		r.Stop()
-	}
+	stopRelays(t, relays, "the broker outage")
 	// Each relay worker may have had a batch stored by the broker but not
 	// confirmed when the broker closed the connection. (RabbitMQ stops
 	// listening before it closes the connections, so a relay cannot lose a

@@ -336,15 +336,22 @@ func TestFaultDatabaseRestartedMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.drain(2 * time.Minute)
-	for _, r := range relays {
-		if r.Exited() {
-			t.Errorf("a relay process exited during the database outage instead of reconnecting")
-		}
-		r.Stop()
-	}
+	stopRelays(t, relays, "the database outage")
 	// Each relay may have had its batches in flight when the database went
 	// away; their leases may expire during the outage.
 	s.check(1, 2*2*50)
+}
+
+// stopRelays stops relays at the end of a run, failing the test if one of
+// them exited by itself during outage instead of reconnecting.
+func stopRelays(t *testing.T, relays []*clitest.Relay, outage string) {
+	t.Helper()
+	for _, r := range relays {
+		if r.Exited() {
+			t.Errorf("a relay process exited during %s instead of reconnecting", outage)
+		}
+		r.Stop()
+	}
 }
 
 // pgControl returns a function running pg_ctl on the test server, or skips

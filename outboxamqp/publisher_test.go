@@ -169,11 +169,7 @@ func TestMissingExchangeFailsRetryablyAndPublishingResumesOnceItExists(t *testin
 // them). The next batch reconnects and goes through.
 func TestMessagesInFlightWhenTheConnectionDropsAreRetryableNeverPublished(t *testing.T) {
 	t.Parallel()
-	url := amqptest.URL(t)
-	d := amqptest.Declare(t, url)
-	consumer := amqptest.Consume(t, url, d.Queue)
-	proxy := proxytest.ForURL(t, url)
-	p := dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
+	d, consumer, proxy, p := behindProxy(t)
 
 	proxy.Hold() // from now on the broker's confirms stay in the proxy
 	batch := publishertest.Messages(d.RoutingKey, 50)
@@ -217,11 +213,7 @@ func TestMessagesInFlightWhenTheConnectionDropsAreRetryableNeverPublished(t *tes
 // taken for the next batch's.
 func TestConfirmsThatDoNotComeFailTheBatchRetryablyAtTheDeadline(t *testing.T) {
 	t.Parallel()
-	url := amqptest.URL(t)
-	d := amqptest.Declare(t, url)
-	consumer := amqptest.Consume(t, url, d.Queue)
-	proxy := proxytest.ForURL(t, url)
-	p := dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
+	d, consumer, proxy, p := behindProxy(t)
 
 	proxy.Hold()
 	// Unroutable, so that a return arrives for it once released.
@@ -259,11 +251,7 @@ func TestConfirmsThatDoNotComeFailTheBatchRetryablyAtTheDeadline(t *testing.T) {
 // The connection is torn down, so later batches dial again.
 func TestChannelOpenThatIsNeverAnsweredEndsWithTheContext(t *testing.T) {
 	t.Parallel()
-	url := amqptest.URL(t)
-	d := amqptest.Declare(t, url)
-	consumer := amqptest.Consume(t, url, d.Queue)
-	proxy := proxytest.ForURL(t, url)
-	p := dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
+	d, consumer, proxy, p := behindProxy(t)
 
 	proxy.Stall()
 	// The first batch takes the idle channel and abandons it at its
@@ -572,4 +560,15 @@ func TestDialFailsForAMissingExchangeOrWrongCredentials(t *testing.T) {
 	if err := p.Ping(ctxFor(t, 10*time.Second)); err != nil {
 		t.Errorf("Ping of a good configuration: %v", err)
 	}
+}
+
+// behindProxy declares an exchange and queue, consumes the queue directly,
+// and dials a publisher through a proxy the test can stall or hold.
+func behindProxy(t *testing.T) (amqptest.Destination, *amqptest.Consumer, *proxytest.Proxy, *outboxamqp.Publisher) {
+	t.Helper()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	consumer := amqptest.Consume(t, url, d.Queue)
+	proxy := proxytest.ForURL(t, url)
+	return d, consumer, proxy, dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
 }
