@@ -21,6 +21,8 @@ var (
 	ErrClosed = errors.New("outbox: relay closed")
 	// ErrPermanent is wrapped by errors made with Permanent.
 	ErrPermanent = errors.New("permanent failure")
+	// ErrUnavailable is in the chain of errors marked with Unavailable.
+	ErrUnavailable = errors.New("destination unavailable")
 )
 
 // MessageError says which field of which message is invalid, and why.
@@ -132,3 +134,28 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string { return e.err.Error() }
+func (e *unavailableError) Unwrap() []error {
+	return []error{e.err, ErrUnavailable}
+}
+
+// Unavailable marks err as saying nothing about the message: the destination
+// could not be reached at all (connection refused, broker down, no route),
+// so the message was certainly not sent. The relay then counts no attempt:
+// it releases the message at once and pauses the worker (100 ms, doubling up
+// to 5 s) until the destination answers again, so an outage of any length
+// dead-letters nothing. Mark only errors that prove the message did not
+// leave; a timeout waiting for a confirmation is an ordinary failure.
+// Permanent wins over Unavailable. Unavailable(nil) is nil.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
+// IsUnavailable reports whether err was marked with Unavailable.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }

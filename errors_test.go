@@ -40,14 +40,14 @@ func TestRelayWaitsAtLeastTheDelayAPublisherAskedFor(t *testing.T) {
 	t.Parallel()
 	throttled, plain := uuid.New(), uuid.New()
 	pub := PublisherFunc(func(ctx context.Context, batch []Message) []error {
-		return []error{RetryAfter(errors.New("throttled"), time.Hour), errors.New("unavailable")}
+		return []error{RetryAfter(errors.New("throttled"), time.Hour), errors.New("failed")}
 	})
 	// Backoff caps of a millisecond: only the publisher's delay can be long.
 	r, err := NewRelay(noStore{}, pub, Config{BackoffBase: time.Millisecond, BackoffMax: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	settle := r.publish(context.Background(), uuid.New(), []Message{{ID: throttled, Topic: "t"}, {ID: plain, Topic: "t"}})
+	settle, _ := r.publish(context.Background(), uuid.New(), []Message{{ID: throttled, Topic: "t"}, {ID: plain, Topic: "t"}})
 	if len(settle.Retry) != 2 || len(settle.Dead) != 0 || len(settle.Published) != 0 {
 		t.Fatalf("settlement %+v, want two retries", settle)
 	}

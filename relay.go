@@ -169,7 +169,8 @@ func (r *Relay) isStopping() bool {
 func (r *Relay) work(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
 	var settle Settlement
-	retry := newErrorBackoff()
+	retry := newErrorBackoff()  // the store failed
+	outage := newErrorBackoff() // the destination was unavailable
 	for {
 		// Take the gate's channel before claiming: an opening that happens
 		// while the claim runs is then not missed.
@@ -220,8 +221,17 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		case r.activity <- struct{}{}:
 		default:
 		}
-		settle = r.publish(ctx, claim.Token, batch)
+		var unavailable bool
+		settle, unavailable = r.publish(ctx, claim.Token, batch)
 		r.busy.Add(-1)
+		if unavailable {
+			// The destination is down: wait before the next claim, which
+			// would meet it again, and record this batch's outcomes then.
+			log.Warn("outbox relay: destination unavailable; messages released without counting an attempt", slog.Duration("pause", outage.next))
+			outage.sleep(ctx, r.stopping)
+		} else {
+			outage.reset()
+		}
 	}
 }
 
@@ -239,9 +249,10 @@ func (r *Relay) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 const storeCallTimeout = 15 * time.Second
 
 // publish hands batch to the publisher and turns its results into a
-// settlement. Messages left unpublished because the relay is stopping are
-// released at once instead of counting a failed attempt.
-func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) Settlement {
+// settlement. Messages left unpublished because the relay is stopping, or
+// because the destination was unavailable (reported true), are released at
+// once instead of counting a failed attempt.
+func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) (settle Settlement, unavailable bool) {
 	// Stop publishing before the lease ends, so no other relay can claim a
 	// message this one is still publishing.
 	pubCtx, cancel := context.WithTimeout(ctx, publishTimeout(r.cfg.LeaseDuration))
@@ -255,7 +266,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) S
 			results[i] = err
 		}
 	}
-	settle := Settlement{Token: token, KeepPublished: r.cfg.Retention > 0}
+	settle = Settlement{Token: token, KeepPublished: r.cfg.Retention > 0}
 	var release []uuid.UUID
 	aborted := ctx.Err() != nil
 	for i, err := range results {
@@ -265,6 +276,9 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) S
 			settle.Published = append(settle.Published, m.ID)
 		case aborted && !IsPermanent(err):
 			release = append(release, m.ID)
+		case IsUnavailable(err) && !IsPermanent(err):
+			release = append(release, m.ID)
+			unavailable = true
 		case IsPermanent(err):
 			settle.Dead = append(settle.Dead, Failure{ID: m.ID, Error: err.Error()})
 			r.log.Warn("outbox relay: message dead-lettered (permanent error)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
@@ -287,7 +301,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) S
 			r.log.Warn("outbox relay: releasing leases failed; they expire by themselves", slog.Any("error", err), slog.Int("messages", len(release)))
 		}
 	}
-	return settle
+	return settle, unavailable
 }
 
 // publishTimeout bounds the publishing of a batch leased for lease: nine

@@ -49,6 +49,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		t.Parallel()
 		testFailures(t, newHarness(t))
 	})
+	t.Run("UnavailableDestinationCountsNoAttemptAndPausesTheWorker", func(t *testing.T) {
+		t.Parallel()
+		testUnavailable(t, newHarness(t))
+	})
 	t.Run("InProcessSignalWakesRelayLongBeforeThePollInterval", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)

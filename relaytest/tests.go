@@ -91,6 +91,47 @@ func testConcurrent(t *testing.T, h Harness) {
 	}
 }
 
+// An outage of the destination must not use up attempts: with MaxAttempts 1,
+// one counted failure would dead-letter the message.
+func testUnavailable(t *testing.T, h Harness) {
+	ctx := context.Background()
+	m := newMessage("orders", 1)
+	if err := h.Write(ctx, true, m); err != nil {
+		t.Fatal(err)
+	}
+	const outageCalls = 4
+	var mu sync.Mutex
+	var calls []time.Time
+	rec := NewRecorder()
+	rec.Fail = func(outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, time.Now())
+		if len(calls) <= outageCalls {
+			return outbox.Unavailable(errors.New("dial tcp 127.0.0.1:5672: connection refused"))
+		}
+		return nil
+	}
+	cfg := outbox.Config{MaxAttempts: 1, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond, Workers: 1}
+	StartRelay(t, h.Store, rec, cfg)
+	rec.WaitFor(t, 30*time.Second, "the message, after the outage", func() bool { return rec.Count(m.ID) == 1 })
+
+	got, _ := rec.Published(m.ID)
+	if got.Attempts != 0 {
+		t.Errorf("published with %d attempt(s) recorded; want 0: an unavailable destination is no attempt", got.Attempts)
+	}
+	if st, err := admin(t, h).Stats(ctx); err != nil || st.Dead != 0 {
+		t.Errorf("stats %+v, %v; want nothing dead", st, err)
+	}
+	// The worker paused between tries (100 ms, then 200 ms, then 400 ms)
+	// instead of claiming and failing in a tight loop.
+	mu.Lock()
+	defer mu.Unlock()
+	if pause := calls[outageCalls-1].Sub(calls[0]); pause < 700*time.Millisecond {
+		t.Errorf("%d tries during the outage within %v; want pauses of at least 100+200+400 ms between them", outageCalls, pause)
+	}
+}
+
 func testFailures(t *testing.T, h Harness) {
 	ctx := context.Background()
 	a := admin(t, h)
