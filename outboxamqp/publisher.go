@@ -363,7 +363,9 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 
 	c, err := p.channel(ctx)
 	if err != nil {
-		failRest(0, err)
+		// No connection or channel: nothing of the batch left, and the
+		// relay must not count the broker's outage against the messages.
+		failRest(0, outbox.Unavailable(err))
 		return errs
 	}
 
@@ -601,7 +603,7 @@ func (p *Publisher) dial(d *dialAttempt) {
 	p.mu.Unlock()
 	switch {
 	case err != nil && failures == 0:
-		p.log.Warn("outboxamqp: cannot connect to RabbitMQ; batches fail (retryably) until it answers", slog.Any("error", err))
+		p.log.Warn("outboxamqp: cannot connect to RabbitMQ; batches fail as unavailable (no attempt counted) until it answers", slog.Any("error", err))
 	case err == nil && d.err != nil:
 		conn.close()
 	case err == nil:

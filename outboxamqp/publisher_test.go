@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -571,4 +572,28 @@ func behindProxy(t *testing.T) (amqptest.Destination, *amqptest.Consumer, *proxy
 	consumer := amqptest.Consume(t, url, d.Queue)
 	proxy := proxytest.ForURL(t, url)
 	return d, consumer, proxy, dial(t, proxy.URL(url), outboxamqp.Config{Exchange: d.Exchange})
+}
+
+// With no broker to connect to, nothing of a batch leaves: every message
+// fails as unavailable, so the relay counts no attempt however long the
+// outage lasts.
+func TestNoBrokerToConnectToIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	p, err := outboxamqp.Open("amqp://guest:guest@"+addr+"/", outboxamqp.Config{Exchange: "orders", Logger: relaytest.TestLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	batch := publishertest.Messages("orders.created", 3)
+	for i, err := range p.Publish(ctxFor(t, 5*time.Second), batch) {
+		if !outbox.IsUnavailable(err) || outbox.IsPermanent(err) {
+			t.Errorf("message %s with no broker: %v; want an error marked outbox.Unavailable", batch[i].ID, err)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -306,6 +307,9 @@ func (p *Publisher) send(ctx context.Context, m *outbox.Message, th *throttle) e
 	resp, err := p.client.Do(req)
 	if err != nil {
 		pe.Err = p.transportError(ctx, reqCtx, err)
+		if neverConnected(err) {
+			return outbox.Unavailable(pe) // the request never left: no attempt
+		}
 		return pe
 	}
 	defer resp.Body.Close()
@@ -423,6 +427,14 @@ func (p *Publisher) transportError(ctx, reqCtx context.Context, err error) error
 		return fmt.Errorf("no response within %v (Config.Timeout): %w", p.cfg.Timeout, reqCtx.Err())
 	}
 	return err
+}
+
+// neverConnected reports whether err is a failure to connect (refused, no
+// route, name not found), so that the endpoint certainly did not get the
+// request.
+func neverConnected(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // bodySnippet returns the start of an error response's body as one readable

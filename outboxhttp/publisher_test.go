@@ -550,6 +550,29 @@ func TestSlowEndpointTimesOutRetryably(t *testing.T) {
 	}
 }
 
+// A refused connection proves the endpoint never got the request: the
+// error is marked unavailable, so the relay counts no attempt. A timeout
+// proves nothing (the endpoint may have acted) and is not.
+func TestRefusedConnectionIsUnavailableATimeoutIsNot(t *testing.T) {
+	t.Parallel()
+	p := newPublisher(t, outboxhttp.Config{URL: closedURL(t)})
+	err := p.Publish(context.Background(), publishertest.Messages("t", 1))[0]
+	if !outbox.IsUnavailable(err) || outbox.IsPermanent(err) {
+		t.Errorf("refused connection: %v; want an error marked outbox.Unavailable", err)
+	}
+
+	release := make(chan struct{})
+	e := newEndpoint(t, func(w http.ResponseWriter, _ request, _ int) int {
+		<-release
+		return http.StatusOK
+	})
+	defer close(release)
+	p = newPublisher(t, outboxhttp.Config{URL: e.URL, Timeout: 100 * time.Millisecond})
+	if err := p.Publish(context.Background(), publishertest.Messages("t", 1))[0]; err == nil || outbox.IsUnavailable(err) {
+		t.Errorf("timeout: %v; want an ordinary failure, not unavailable", err)
+	}
+}
+
 func TestErrorsNameTheURLWithoutCredentialsOrQuery(t *testing.T) {
 	t.Parallel()
 	e := newEndpoint(t, func(http.ResponseWriter, request, int) int { return http.StatusInternalServerError })

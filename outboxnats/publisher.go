@@ -409,6 +409,16 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 		}
 		return errs
 	}
+	if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
+		// While nats.go reconnects it would buffer the batch and maybe send
+		// it later: fail it unsent instead, as unavailable, so the relay
+		// counts no attempt and pauses until the server is back.
+		for i := range batch {
+			errs[i] = outbox.Unavailable(&PublishError{ID: batch[i].ID, Subject: p.subject(&batch[i]),
+				Err: fmt.Errorf("not sent: not connected to a NATS server (connection %s)", nc.Status())})
+		}
+		return errs
+	}
 	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.AckTimeout,
 		fmt.Errorf("Config.AckTimeout (%v) expired: %w", p.cfg.AckTimeout, context.DeadlineExceeded))
 	defer cancel()

@@ -558,3 +558,22 @@ func TestConfigErrorsNameTheFieldAndTheFix(t *testing.T) {
 		t.Errorf("New(nil) = %v, want ErrInvalidConfig", err)
 	}
 }
+
+// While the connection is down, a batch fails at once and unsent, marked
+// unavailable: nats.go would otherwise buffer it for after the reconnect,
+// and the relay would count the outage against every message.
+func TestPublishWhileDisconnectedIsUnavailableAndUnsent(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	stream, prefix := newStream(t, srv.JetStream(t), jetstream.StreamConfig{})
+	pub := dial(t, srv, outboxnats.Config{SubjectPrefix: prefix, Stream: stream, AckTimeout: 300 * time.Millisecond})
+	srv.Shutdown()
+	var err error
+	waitFor(t, 10*time.Second, "the publisher to see the server gone", func() bool {
+		err = pub.Publish(ctxFor(t, 5*time.Second), publishertest.Messages("orders.created", 1))[0]
+		return outbox.IsUnavailable(err)
+	})
+	if outbox.IsPermanent(err) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("publish while disconnected: %v; want a retryable error saying it was not sent", err)
+	}
+}
