@@ -23,11 +23,14 @@ import (
 
 // brokerRelayFlags are given to every relay of the broker scenarios. Retries
 // are capped at 1s so that the run drains within seconds of the broker's
-// return (by default a message failed five times in a row waits up to 16s);
-// at that pace an outage of a few seconds costs a message many attempts, and
-// the default 12 would dead-letter some: the attempt limit is for poison
-// messages, and an operator sizes it against the outages to ride out.
+// return. An unavailable broker costs no attempts (the restart scenarios
+// check it), but a stalled link does: every batch behind it times out, and
+// the attempt limit is for poison messages, so it is set out of reach.
 var brokerRelayFlags = []string{"--backoff-max", "1s", "--max-attempts", "10000"}
+
+// unavailableLog is what a relay worker logs when it finds the destination
+// unavailable and pauses.
+const unavailableLog = "destination unavailable"
 
 // toRabbitMQ makes the scenario's relays publish to a fresh exchange whose
 // durable queue keeps every message, across broker restarts too; the check
@@ -151,9 +154,22 @@ func brokerOutage(t *testing.T, s *scenario, total int, stop, start func()) {
 	relays := []*clitest.Relay{s.startRelay(s.url, flags...), s.startRelay(s.url, flags...)}
 	waitFor(t, time.Minute, "relays to publish", func() bool { return s.arrived() >= total/10 })
 	stop()
-	// The outage lasts until the relays have felt it: at least two batches'
-	// worth of messages failed. Writers go on meanwhile.
-	waitFor(t, time.Minute, "failed publishes during the outage", func() bool { return s.failedAttempts() >= 100 })
+	// The outage lasts until the relays have felt it: their workers found
+	// the broker unavailable and paused, each at least twice. Writers go
+	// on meanwhile.
+	waitFor(t, time.Minute, "relays pausing for the unavailable broker", func() bool {
+		n := 0
+		for _, r := range relays {
+			n += r.Logged(unavailableLog)
+		}
+		return n >= 2*len(relays)*2
+	})
+	// Only the batches in flight when the broker went away may have counted
+	// an attempt: claims during the outage count none, so an outage of any
+	// length dead-letters nothing.
+	if n, bound := s.failedAttempts(), len(relays)*2*50; n > bound {
+		t.Errorf("%d messages counted a failed attempt during the outage; want at most %d (one batch per worker)", n, bound)
+	}
 	start()
 	if err := <-writeDone; err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -52,8 +53,27 @@ func Binary(t testing.TB) string {
 // Relay is a running `outbox relay` process.
 type Relay struct {
 	Cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 	done   chan struct{}
+}
+
+// lockedBuffer is the process's standard error, which the test may read
+// while the process writes it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // StartRelay starts `outbox relay --publisher stdout:` with args, its output
@@ -70,7 +90,7 @@ func StartRelayTo(t testing.TB, publisher string, out io.Writer, args ...string)
 	t.Helper()
 	cmd := exec.Command(Binary(t), append([]string{"relay", "--publisher", publisher}, args...)...)
 	cmd.Stdout = out
-	r := &Relay{Cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	r := &Relay{Cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = r.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -78,8 +98,8 @@ func StartRelayTo(t testing.TB, publisher string, out io.Writer, args ...string)
 	go func() { _ = cmd.Wait(); close(r.done) }()
 	t.Cleanup(func() {
 		r.Kill()
-		if t.Failed() && r.stderr.Len() > 0 {
-			t.Logf("relay %d stderr:\n%s", cmd.Process.Pid, r.stderr.String())
+		if out := r.stderr.String(); t.Failed() && out != "" {
+			t.Logf("relay %d stderr:\n%s", cmd.Process.Pid, out)
 		}
 	})
 	return r
@@ -114,6 +134,10 @@ func (r *Relay) Stderr() string {
 	<-r.done
 	return r.stderr.String()
 }
+
+// Logged returns how many times the process has written text to its
+// standard error so far.
+func (r *Relay) Logged(text string) int { return strings.Count(r.stderr.String(), text) }
 
 // Exited reports whether the process has ended.
 func (r *Relay) Exited() bool {
