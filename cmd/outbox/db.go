@@ -176,7 +176,9 @@ func rememberSecret(raw string) {
 		}
 		secrets.add(u.Query().Get("password"))
 	}
-	// URLs that do not parse still have a recognisable user:password@.
+	// URLs that do not parse still have a recognisable user:password@. The
+	// user part may hold anything but ':' and '@', a '/' included: a URL
+	// typed wrong is rather redacted too much than shown with its password.
 	for _, m := range urlPassword.FindAllStringSubmatch(raw, -1) {
 		secrets.add(m[2])
 	}
@@ -187,7 +189,7 @@ func rememberSecret(raw string) {
 
 var (
 	kvPassword  = regexp.MustCompile(`password=([^\s&]+)`)
-	urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)([^@\s]+)@`)
+	urlPassword = regexp.MustCompile(`(://[^:@\s]*:)([^@\s]+)@`)
 )
 
 // redact removes passwords from s: every one remembered, and any that a
