@@ -28,8 +28,20 @@
 //     automatically), a name Kafka cannot accept as a topic
 //     (kerr.InvalidTopicException) and a record the broker refuses
 //     (kerr.InvalidRecord).
-//   - any other error is retryable: an unreachable broker, a leader
-//     election, a timeout, a closed publisher, the context ending first.
+//   - unavailable (outbox.IsUnavailable): no broker answers, and the batch
+//     was not produced at all; the relay counts no attempt and pauses. See
+//     below.
+//   - any other error is retryable: a leader election, a timeout, a closed
+//     publisher, the context ending first.
+//
+// The client does not fail the records it could not send while no broker
+// can be dialed: it keeps them, and sends them once a broker is back. So
+// when a batch runs out of time, the publisher pings the cluster
+// (PingTimeout); if no broker answers, that batch's failures stay ordinary
+// (its records may still be sent), but every later batch pings first and,
+// while no broker answers, fails as unavailable without handing a record to
+// the client. An outage of any length thus costs the messages in flight at
+// its start one attempt, dead-letters nothing and piles up no copies.
 //
 // A record refused as too large or invalid in a batch with other records is
 // sent once more on its own before it is called permanent: the broker

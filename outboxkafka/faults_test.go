@@ -3,6 +3,7 @@ package outboxkafka_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,5 +96,98 @@ func TestBrokerErrorsMapToOutcomes(t *testing.T) {
 			}
 			requireExactly(t, c, topic, published)
 		})
+	}
+}
+
+// TestUnreachableClusterFailsLaterBatchesUnavailableAndUnsent cuts every
+// connection to the cluster (kfake closes each connection on its first
+// request) and checks the three stages of an outage: the batch that runs out
+// of time is an ordinary failure (its records were handed to the client,
+// which keeps them and may send them later); every later batch fails at once
+// as unavailable, without a record handed to the client, so an outage of any
+// length neither uses up attempts nor piles up copies; and once the cluster
+// answers again, batches are produced and nothing of the unavailable batches
+// ever reaches the topic.
+func TestUnreachableClusterFailsLaterBatchesUnavailableAndUnsent(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t)
+	if c.Fake() == nil {
+		t.Skip("the outage is injected into kfake only")
+	}
+	topic := c.Topic(t, 1, nil)
+	var down atomic.Bool
+	c.Fake().ControlKey(-1, func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.Fake().KeepControl()
+		if down.Load() {
+			return nil, errors.New("kafkatest: cluster down"), true // closes the connection
+		}
+		return nil, nil, false
+	})
+	client, err := kgo.NewClient(kgo.SeedBrokers(c.Seeds()...), kgo.ProducerLinger(0), kgo.MetadataMinAge(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	p, err := outboxkafka.New(client, outboxkafka.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := publishertest.Messages(topic, 3)
+	requireOK(t, before, p.Publish(ctxTimeout(t, 30*time.Second), before))
+
+	down.Store(true)
+	timedOut := publishertest.Messages(topic, 3)
+	for i, err := range p.Publish(ctxTimeout(t, time.Second), timedOut) {
+		if err == nil || outbox.IsUnavailable(err) || outbox.IsPermanent(err) {
+			t.Fatalf("message %s of the batch that ran out of time: %v, want an ordinary retryable failure", timedOut[i].ID, err)
+		}
+	}
+	buffered := client.BufferedProduceRecords()
+	var unsent []outbox.Message
+	for range 3 {
+		batch := publishertest.Messages(topic, 5)
+		unsent = append(unsent, batch...)
+		for i, err := range p.Publish(ctxTimeout(t, 30*time.Second), batch) {
+			if !outbox.IsUnavailable(err) || outbox.IsPermanent(err) {
+				t.Fatalf("message %s during the outage: %v, want unavailable", batch[i].ID, err)
+			}
+		}
+		if got := client.BufferedProduceRecords(); got != buffered {
+			t.Fatalf("the client holds %d records after an unavailable batch, %d before: records were handed over", got, buffered)
+		}
+	}
+
+	down.Store(false)
+	after := publishertest.Messages(topic, 3)
+	requireOK(t, after, p.Publish(ctxTimeout(t, 30*time.Second), after))
+
+	// The batch that ran out of time may or may not be in the topic (the
+	// client sends what it kept once it can): only the unavailable batches
+	// must be absent.
+	consumer := c.Consume(t, topic)
+	records, err := consumer.Next(ctxTimeout(t, 30*time.Second), len(before)+len(after))
+	if err != nil {
+		t.Fatalf("reading the topic back: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, r := range records {
+		seen[headerValue(r, outboxkafka.HeaderID)] = true
+	}
+	for {
+		extra, err := consumer.Next(ctxTimeout(t, 300*time.Millisecond), 1)
+		if err != nil {
+			break
+		}
+		seen[headerValue(extra[0], outboxkafka.HeaderID)] = true
+	}
+	for _, m := range append(before, after...) {
+		if !seen[m.ID.String()] {
+			t.Errorf("published message %s is not in the topic", m.ID)
+		}
+	}
+	for _, m := range unsent {
+		if seen[m.ID.String()] {
+			t.Errorf("message %s failed as unavailable but reached the topic", m.ID)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -38,6 +39,10 @@ const CloseTimeoutDefault = 10 * time.Second
 // instead of 20s, and ends the stall of a batch after a broker failure
 // sooner, for one cheap request per second at most.
 const MetadataMinAgeDefault = time.Second
+
+// PingTimeout bounds the ping that tells whether any broker answers: after a
+// batch ran out of time, and before each batch while none answered.
+const PingTimeout = 2 * time.Second
 
 // MaxTopicLength is the longest Kafka topic name, in bytes.
 const MaxTopicLength = 249
@@ -90,6 +95,13 @@ type Publisher struct {
 	// owned says whether Close closes the client (Dial) or leaves it to
 	// the caller (New).
 	owned bool
+	// unreachable is set when a batch ran out of time and then no broker
+	// answered a ping. While it is set, Publish pings before producing and
+	// hands nothing to the client until a broker answers: the client keeps
+	// records it could not send (they are not failed while no broker can
+	// be dialed), so producing a batch again and again during an outage
+	// would pile up copies that all reach Kafka once it is back.
+	unreachable atomic.Bool
 
 	// mu lets Close wait until no Publish is handing records to the
 	// client, so none is handed over after the client is closed.
@@ -188,6 +200,19 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 		}
 		return errs
 	}
+	if p.unreachable.Load() {
+		pctx, cancel := context.WithTimeout(ctx, PingTimeout)
+		err := p.client.Ping(pctx)
+		cancel()
+		if err != nil {
+			err = outbox.Unavailable(fmt.Errorf("outboxkafka: no broker answers, batch not produced: %w", err))
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
+		p.unreachable.Store(false)
+	}
 	records := make([]*kgo.Record, len(batch))
 	topics := make([]string, len(batch))
 	sent := 0
@@ -218,12 +243,29 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 			}
 		}
 	}
+	failed := false
 	for i, err := range errs {
 		if err != nil && !errors.Is(err, ErrClosed) {
 			errs[i] = classify(fmt.Errorf("outboxkafka: produce to topic %q: %w", topics[i], err))
+			failed = true
 		}
 	}
+	if failed && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		p.checkReachable(ctx)
+	}
 	return errs
+}
+
+// checkReachable pings the cluster after a batch ran out of time and marks
+// the publisher unreachable when no broker answers. The batch's own failures
+// stay ordinary: its records were handed to the client, which may still send
+// them, so they are not known to be unsent.
+func (p *Publisher) checkReachable(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PingTimeout)
+	defer cancel()
+	if err := p.client.Ping(pctx); err != nil {
+		p.unreachable.Store(true)
+	}
 }
 
 // topic returns the Kafka topic of m.
