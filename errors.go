@@ -145,9 +145,9 @@ func (e *unavailableError) Unwrap() []error {
 // Unavailable marks err as saying nothing about the message: the destination
 // could not be reached at all (connection refused, broker down, no route),
 // so the message was certainly not sent. The relay then counts no attempt:
-// it releases the message at once and pauses the worker (100 ms, doubling up
-// to 5 s) until the destination answers again, so an outage of any length
-// dead-letters nothing. Mark only errors that prove the message did not
+// it records the error, postpones the message by the worker's pause and
+// pauses the worker (100 ms, doubling up to 5 s) until the destination
+// answers again, so an outage of any length dead-letters nothing. Mark only errors that prove the message did not
 // leave; a timeout waiting for a confirmation is an ordinary failure.
 // Permanent wins over Unavailable. Unavailable(nil) is nil.
 func Unavailable(err error) error {

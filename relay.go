@@ -222,17 +222,32 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		default:
 		}
 		var unavailable bool
-		settle, unavailable = r.publish(ctx, claim.Token, batch)
+		settle, unavailable = r.publish(ctx, claim.Token, batch, outage.next)
 		r.busy.Add(-1)
 		if unavailable {
 			// The destination is down: wait before the next claim, which
-			// would meet it again, and record this batch's outcomes then.
-			log.Warn("outbox relay: destination unavailable; messages released without counting an attempt", slog.Duration("pause", outage.next))
+			// would meet it again. Record this batch's outcomes first: the
+			// pause may outlast the lease, after which another worker could
+			// claim and send again the messages published in it.
+			log.Warn("outbox relay: destination unavailable; messages postponed without counting an attempt", slog.Duration("pause", outage.next))
+			if r.record(ctx, settle) {
+				settle = Settlement{}
+			}
 			outage.sleep(ctx, r.stopping)
 		} else {
 			outage.reset()
 		}
 	}
+}
+
+// record stores a settlement on its own, without claiming, and reports
+// whether it succeeded; on failure the caller keeps the settlement for its
+// next exchange.
+func (r *Relay) record(ctx context.Context, settle Settlement) bool {
+	storeCtx, cancel := r.storeCtx(ctx)
+	defer cancel()
+	_, err := r.store.Exchange(storeCtx, settle, Claim{Token: uuid.New(), Lease: r.cfg.LeaseDuration})
+	return err == nil
 }
 
 // storeCtx returns the context for a store call made by a worker. It is not
@@ -249,10 +264,10 @@ func (r *Relay) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 const storeCallTimeout = 15 * time.Second
 
 // publish hands batch to the publisher and turns its results into a
-// settlement. Messages left unpublished because the relay is stopping, or
-// because the destination was unavailable (reported true), are released at
-// once instead of counting a failed attempt.
-func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) (settle Settlement, unavailable bool) {
+// settlement. Messages left unpublished because the relay is stopping are
+// released at once; messages whose destination was unavailable (reported
+// true) are postponed by pause. Neither counts an attempt.
+func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, pause time.Duration) (settle Settlement, unavailable bool) {
 	// Stop publishing before the lease ends, so no other relay can claim a
 	// message this one is still publishing.
 	pubCtx, cancel := context.WithTimeout(ctx, publishTimeout(r.cfg.LeaseDuration))
@@ -277,7 +292,11 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message) (
 		case aborted && !IsPermanent(err):
 			release = append(release, m.ID)
 		case IsUnavailable(err) && !IsPermanent(err):
-			release = append(release, m.ID)
+			// Postponed rather than released: a released message keeps its
+			// place at the head of the queue, so the next claims would take
+			// it again and again, and messages to destinations that are up
+			// would never get a turn.
+			settle.Retry = append(settle.Retry, Retry{ID: m.ID, Delay: pause, Error: err.Error(), Unsent: true})
 			unavailable = true
 		case IsPermanent(err):
 			settle.Dead = append(settle.Dead, Failure{ID: m.ID, Error: err.Error()})

@@ -66,7 +66,8 @@ type Settlement struct {
 	// KeepPublished keeps published messages (status published, PublishedAt
 	// set) instead of deleting them.
 	KeepPublished bool
-	// Retry lists messages to try again later; each counts one attempt.
+	// Retry lists messages to try again later; each counts one attempt,
+	// unless it is marked Unsent.
 	Retry []Retry
 	// Dead lists messages that failed for good; each counts one attempt.
 	Dead []Failure
@@ -83,6 +84,20 @@ type Retry struct {
 	ID    uuid.UUID
 	Delay time.Duration
 	Error string
+	// Unsent says the message never left because its destination could not
+	// be reached: it is postponed by Delay, moving back in the queue so that
+	// messages to other destinations get their turn, with Error recorded
+	// but no attempt counted.
+	Unsent bool
+}
+
+// Counted returns the attempts the retry adds to the message: 0 if it is
+// Unsent, else 1.
+func (r Retry) Counted() int32 {
+	if r.Unsent {
+		return 0
+	}
+	return 1
 }
 
 // Failure is a message that is dead-lettered with its last error.

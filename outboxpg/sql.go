@@ -13,7 +13,7 @@ type statements struct {
 
 	settlePublished string // $1 ids, $2 token
 	settleKept      string // $1 ids, $2 token
-	settleRetry     string // $1 ids, $2 delays in microseconds, $3 errors, $4 token
+	settleRetry     string // $1 ids, $2 delays in microseconds, $3 errors, $4 attempts to count (0 or 1), $5 token
 	settleDead      string // $1 ids, $2 errors, $3 token
 	claim           string // $1 lease in microseconds, $2 token, $3 limit
 	release         string // $1 ids, $2 token
@@ -69,13 +69,13 @@ UPDATE {t} SET status = 'published', published_at = now(), lease_token = NULL, l
 WHERE id = ANY($1::uuid[]) AND lease_token = $2`),
 		settleRetry: sql(`
 UPDATE {t} AS t
-SET attempts = t.attempts + 1,
+SET attempts = t.attempts + r.counted,
 	available_at = now() + r.delay_us * interval '1 microsecond',
 	last_error = r.err,
 	lease_token = NULL,
 	locked_until = NULL
-FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS r(id, delay_us, err)
-WHERE t.id = r.id AND t.lease_token = $4`),
+FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, err, counted)
+WHERE t.id = r.id AND t.lease_token = $5`),
 		settleDead: sql(`
 UPDATE {t} AS t
 SET status = 'dead', attempts = t.attempts + 1, last_error = d.err, lease_token = NULL, locked_until = NULL

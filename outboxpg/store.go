@@ -87,10 +87,11 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 		ids := make([]pgtype.UUID, len(settle.Retry))
 		delays := make([]int64, len(settle.Retry))
 		errs := make([]string, len(settle.Retry))
+		counted := make([]int32, len(settle.Retry))
 		for i, r := range settle.Retry {
-			ids[i], delays[i], errs[i] = pgUUID(r.ID), micros(max(r.Delay, 0)), r.Error
+			ids[i], delays[i], errs[i], counted[i] = pgUUID(r.ID), micros(max(r.Delay, 0)), r.Error, r.Counted()
 		}
-		b.Queue(s.stmts.settleRetry, ids, delays, errs, pgUUID(settle.Token))
+		b.Queue(s.stmts.settleRetry, ids, delays, errs, counted, pgUUID(settle.Token))
 	}
 	if len(settle.Dead) > 0 {
 		b.Queue(s.stmts.settleDead, deadArgs(settle.Dead, settle.Token)...)

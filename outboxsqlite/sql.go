@@ -12,7 +12,7 @@ type statements struct {
 	anyDue          string // ?1 now
 	settlePublished string // ?1 token, ?2 ids
 	settleKept      string // ?1 now, ?2 token, ?3 ids
-	settleRetry     string // ?1 now, ?2 token, ?3 [[id, delay µs, error], ...]
+	settleRetry     string // ?1 now, ?2 token, ?3 [[id, delay µs, error, attempts to count], ...]
 	settleDead      string // ?1 token, ?2 [[id, error], ...]
 	claimSelect     string // ?1 now, ?2 limit
 	claimUpdate     string // ?1 lease end, ?2 token, ?3 ids
@@ -49,8 +49,8 @@ UPDATE {t} SET status = 'published', published_at = ?1, lease_token = NULL
 WHERE lease_token = ?2 AND id IN (SELECT value FROM json_each(?3))`),
 		settleRetry: sql(`
 UPDATE {t} AS t
-SET attempts = t.attempts + 1, available_at = ?1 + r.delay_us, last_error = r.err, lease_token = NULL
-FROM (SELECT value ->> 0 AS id, value ->> 1 AS delay_us, value ->> 2 AS err FROM json_each(?3)) AS r
+SET attempts = t.attempts + r.counted, available_at = ?1 + r.delay_us, last_error = r.err, lease_token = NULL
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS delay_us, value ->> 2 AS err, value ->> 3 AS counted FROM json_each(?3)) AS r
 WHERE t.id = r.id AND t.lease_token = ?2`),
 		settleDead: sql(`
 UPDATE {t} AS t

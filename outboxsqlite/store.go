@@ -202,9 +202,9 @@ func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outbox.Se
 		}
 	}
 	if len(st.Retry) > 0 {
-		rows := make([][3]any, len(st.Retry))
+		rows := make([][4]any, len(st.Retry))
 		for i, r := range st.Retry {
-			rows[i] = [3]any{r.ID.String(), micros(max(r.Delay, 0)), r.Error}
+			rows[i] = [4]any{r.ID.String(), micros(max(r.Delay, 0)), r.Error, r.Counted()}
 		}
 		b, err := json.Marshal(rows)
 		if err != nil {

@@ -53,6 +53,14 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		t.Parallel()
 		testUnavailable(t, newHarness(t))
 	})
+	t.Run("UnavailableDestinationLeavesOtherDestinationsATurn", func(t *testing.T) {
+		t.Parallel()
+		testUnavailableLeavesOthersATurn(t, newHarness(t))
+	})
+	t.Run("UnavailableBatchRecordsItsOutcomesBeforeThePause", func(t *testing.T) {
+		t.Parallel()
+		testUnavailableRecordsBeforePause(t, newHarness(t))
+	})
 	t.Run("InProcessSignalWakesRelayLongBeforeThePollInterval", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t)

@@ -132,6 +132,107 @@ func testUnavailable(t *testing.T, h Harness) {
 	}
 }
 
+// failDown is a Recorder.Fail that makes the destination of topic "down"
+// unreachable and publishes everything else.
+func failDown(m outbox.Message) error {
+	if m.Topic == "down" {
+		return outbox.Unavailable(errors.New("dial tcp 127.0.0.1:8443: connection refused"))
+	}
+	return nil
+}
+
+// testUnavailableLeavesOthersATurn queues a batch's worth of messages to an
+// unreachable destination ahead of messages to one that is up: the first
+// must step back in the queue, not be claimed again and again ahead of the
+// others.
+func testUnavailableLeavesOthersATurn(t *testing.T, h Harness) {
+	ctx := context.Background()
+	const batch = 3
+	var down, up []*outbox.Message
+	for i := range 2 * batch {
+		down = append(down, newMessage("down", i))
+	}
+	for i := range batch {
+		up = append(up, newMessage("up", i))
+	}
+	if err := h.Write(ctx, true, down...); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Write(ctx, true, up...); err != nil {
+		t.Fatal(err)
+	}
+	rec := NewRecorder()
+	rec.Fail = failDown
+	cfg := outbox.Config{BatchSize: batch, Workers: 1, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond}
+	StartRelay(t, h.Store, rec, cfg)
+	rec.WaitFor(t, 30*time.Second, "the messages to the destination that is up", func() bool { return rec.Distinct() == len(up) })
+
+	// The first claim took a batch of them at least: their error is on
+	// record, and none counts an attempt.
+	a := admin(t, h)
+	withError := 0
+	for _, m := range down {
+		got, err := a.Get(ctx, m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != outbox.StatusPending || got.Attempts != 0 {
+			t.Errorf("message %s to the unreachable destination: status %s, %d attempt(s); want pending with none", m.ID, got.Status, got.Attempts)
+		}
+		if strings.Contains(got.LastError, "connection refused") {
+			withError++
+		}
+	}
+	if withError < batch {
+		t.Errorf("%d messages to the unreachable destination have its error on record; want at least the first batch, %d", withError, batch)
+	}
+}
+
+// testUnavailableRecordsBeforePause publishes a batch of which one message
+// goes through and one meets an unreachable destination: the published
+// message's outcome must be recorded before the worker pauses, since the
+// pause may outlast the lease and let another worker send it again.
+func testUnavailableRecordsBeforePause(t *testing.T, h Harness) {
+	ctx := context.Background()
+	ok, down := newMessage("up", 1), newMessage("down", 2)
+	if err := h.Write(ctx, true, ok, down); err != nil {
+		t.Fatal(err)
+	}
+	rec := NewRecorder()
+	rec.Fail = failDown
+	spy := &publishedSpy{Store: h.Store, watch: ok.ID, recorded: make(chan outbox.Claim, 1)}
+	cfg := outbox.Config{Workers: 1, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond}
+	StartRelay(t, spy, rec, cfg)
+	select {
+	case claim := <-spy.recorded:
+		if claim.Limit != 0 {
+			t.Errorf("the published message was recorded together with a claim of %d: after the pause, not before it", claim.Limit)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the published message was never recorded")
+	}
+	if n := rec.Count(ok.ID); n != 1 {
+		t.Errorf("message %s published %d times, want 1", ok.ID, n)
+	}
+}
+
+// publishedSpy reports the claim that came with the settlement recording one
+// message as published.
+type publishedSpy struct {
+	outbox.Store
+	watch    uuid.UUID
+	once     sync.Once
+	recorded chan outbox.Claim
+}
+
+func (s *publishedSpy) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
+	batch, err := s.Store.Exchange(ctx, settle, claim)
+	if err == nil && slices.Contains(settle.Published, s.watch) {
+		s.once.Do(func() { s.recorded <- claim })
+	}
+	return batch, err
+}
+
 func testFailures(t *testing.T, h Harness) {
 	ctx := context.Background()
 	a := admin(t, h)

@@ -25,6 +25,7 @@ var cases = []testCase{
 	{"concurrent claimers never get the same message and together get all", testConcurrentClaimers},
 	{"published settlement deletes the message or keeps it as published", testPublishedSettlement},
 	{"retry settlement counts an attempt, keeps the error and delays the message", testRetrySettlement},
+	{"an unsent retry postpones the message and keeps the error without counting an attempt", testUnsentRetry},
 	{"dead settlement dead-letters the message with its error", testDeadSettlement},
 	{"a claim dead-letters a message whose stored headers do not decode", testUndecodableHeaders},
 	{"settlement with a stale token changes nothing", testStaleToken},
@@ -259,6 +260,37 @@ func testPublishedSettlement(t *testing.T, s *suite) {
 	}
 	if _, ok := s.nextDue(t); ok {
 		t.Fatalf("next due reports a pending message; want none after publishing")
+	}
+}
+
+func testUnsentRetry(t *testing.T, s *suite) {
+	const delay = 300 * time.Millisecond
+	unsent, failed := newMessage("orders.unsent"), newMessage("orders.failed")
+	s.write(t, unsent, failed)
+	token, _ := s.claimIDs(t, 10, longLease, unsent.ID, failed.ID)
+
+	// One settlement holds both kinds: each row gets its own count.
+	before := s.now(t)
+	s.exchange(t, outbox.Settlement{Token: token, Retry: []outbox.Retry{
+		{ID: unsent.ID, Delay: delay, Error: "connection refused", Unsent: true},
+		{ID: failed.ID, Delay: delay, Error: "nack"},
+	}}, outbox.Claim{})
+	after := s.now(t)
+
+	got := s.get(t, unsent.ID)
+	switch {
+	case got.Status != outbox.StatusPending:
+		t.Fatalf("unsent message %s: status %q; want %q", unsent.ID, got.Status, outbox.StatusPending)
+	case got.Attempts != 0:
+		t.Fatalf("unsent message %s: attempts %d; want 0", unsent.ID, got.Attempts)
+	case got.LastError != "connection refused":
+		t.Fatalf("unsent message %s: last error %q; want %q", unsent.ID, got.LastError, "connection refused")
+	case !within(got.AvailableAt, before.Add(delay), after.Add(delay)):
+		t.Fatalf("unsent message %s: available at %v; want the settlement's time plus %v, between %v and %v",
+			unsent.ID, got.AvailableAt, delay, before.Add(delay), after.Add(delay))
+	}
+	if got := s.get(t, failed.ID); got.Attempts != 1 || got.LastError != "nack" {
+		t.Fatalf("failed message %s settled with the unsent one: attempts %d, last error %q; want 1 and %q", failed.ID, got.Attempts, got.LastError, "nack")
 	}
 }
 
