@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
@@ -269,6 +270,11 @@ func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, 
 			if d, ok := outbox.RetryAfterOf(errs[first]); ok {
 				err = outbox.RetryAfter(err, d)
 			}
+			if outbox.IsUnavailable(errs[first]) {
+				// Like the first, no attempt: an outage must not use up
+				// the attempts of the later messages of its key.
+				err = outbox.Unavailable(err)
+			}
 			errs[i] = err
 			continue
 		}
@@ -299,6 +305,11 @@ func (p *Publisher) send(ctx context.Context, m *outbox.Message, th *throttle) e
 	}
 	reqCtx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
+	// The request carries an Idempotency-Key, so net/http may send it again
+	// on a new connection after a reused one failed; a dial error then
+	// hides that the endpoint may have got it. wrote tells.
+	var wrote atomic.Bool
+	reqCtx = httptrace.WithClientTrace(reqCtx, &httptrace.ClientTrace{WroteHeaders: func() { wrote.Store(true) }})
 	req, err := p.request(reqCtx, ep, m)
 	if err != nil {
 		pe.Err = err
@@ -307,7 +318,7 @@ func (p *Publisher) send(ctx context.Context, m *outbox.Message, th *throttle) e
 	resp, err := p.client.Do(req)
 	if err != nil {
 		pe.Err = p.transportError(ctx, reqCtx, err)
-		if neverConnected(err) {
+		if neverConnected(err) && !wrote.Load() {
 			return outbox.Unavailable(pe) // the request never left: no attempt
 		}
 		return pe
@@ -430,8 +441,8 @@ func (p *Publisher) transportError(ctx, reqCtx context.Context, err error) error
 }
 
 // neverConnected reports whether err is a failure to connect (refused, no
-// route, name not found), so that the endpoint certainly did not get the
-// request.
+// route, name not found): the endpoint did not get the request, unless an
+// earlier try on another connection wrote it.
 func neverConnected(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"

@@ -1,6 +1,7 @@
 package outboxhttp_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -651,5 +652,74 @@ func TestNewRejectsInvalidConfigNamingTheField(t *testing.T) {
 		if strings.Contains(err.Error(), "pa55word") {
 			t.Errorf("New error %q shows a password", err)
 		}
+	}
+}
+
+func TestSequentialHoldsBackAnUnavailableKeyWithoutCountingAttempts(t *testing.T) {
+	t.Parallel()
+	p := newPublisher(t, outboxhttp.Config{URL: closedURL(t), Sequential: true})
+	batch := []outbox.Message{{ID: uuid.Must(uuid.NewV7()), Topic: "t", Key: "a"}, {ID: uuid.Must(uuid.NewV7()), Topic: "t", Key: "a"}}
+	for i, err := range p.Publish(context.Background(), batch) {
+		if !outbox.IsUnavailable(err) || outbox.IsPermanent(err) {
+			t.Errorf("message %d of a key whose endpoint refuses connections: %v; want unavailable", i, err)
+		}
+	}
+}
+
+// TestRequestResentAfterAReusedConnectionFailedIsNotUnavailable has the
+// endpoint read a request on a kept-alive connection and die before it
+// answers. net/http sends the request again on a new connection (it carries
+// an Idempotency-Key, so it counts as safe to repeat), and that dial is
+// refused: the error is a dial error, but the endpoint may have acted on the
+// request, so it must not be marked unavailable.
+func TestRequestResentAfterAReusedConnectionFailedIsNotUnavailable(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	arrived := make(chan string, 2)
+	served := make(chan error, 1)
+	go func() {
+		served <- func() error {
+			conn, err := l.Accept()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			r := bufio.NewReader(conn)
+			for n := range 2 {
+				req, err := http.ReadRequest(r)
+				if err != nil {
+					return err
+				}
+				if _, err := io.Copy(io.Discard, req.Body); err != nil {
+					return err
+				}
+				arrived <- req.Header.Get(outboxhttp.HeaderID)
+				if n == 0 {
+					if _, err := io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"); err != nil {
+						return err
+					}
+				}
+			}
+			return l.Close() // before the connection: the second try is refused
+		}()
+	}()
+	p := newPublisher(t, outboxhttp.Config{URL: "http://" + l.Addr().String() + "/hook"})
+	batch := publishertest.Messages("t", 2)
+	if err := p.Publish(context.Background(), batch[:1])[0]; err != nil {
+		t.Fatalf("first message: %v", err)
+	}
+	err = p.Publish(context.Background(), batch[1:])[0]
+	if err := <-served; err != nil {
+		t.Fatalf("endpoint: %v", err)
+	}
+	if first, second := <-arrived, <-arrived; first != batch[0].ID.String() || second != batch[1].ID.String() {
+		t.Fatalf("endpoint got %s then %s; want %s then %s", first, second, batch[0].ID, batch[1].ID)
+	}
+	if err == nil || outbox.IsUnavailable(err) {
+		t.Errorf("a message the endpoint read before it died: %v; want an ordinary failure, not unavailable", err)
 	}
 }

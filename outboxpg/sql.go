@@ -90,10 +90,12 @@ WHERE t.id = d.id AND t.lease_token = $3`),
 		// whatever plan the UPDATE gets. The UPDATE finds the locked rows by
 		// their physical address (a TID scan, no index descent per row): a
 		// row this transaction holds locked cannot be moved by anyone else
-		// before the UPDATE, and if its address were stale the UPDATE would
-		// skip it rather than touch another row, since it rechecks the
-		// address on the row's newest version. RETURNING has no order: the
-		// caller sorts.
+		// before the UPDATE. FOR UPDATE rechecks the WHERE clause, lease
+		// included, on the newest version of a row before locking it, so
+		// no row is leased twice. If that newest version was committed after
+		// the statement began (a release, say), the TID scan does not see it
+		// and skips the row: the batch is one short and the row stays free
+		// for the next claim. RETURNING has no order: the caller sorts.
 		claim: sql(`
 WITH c AS MATERIALIZED (
 	SELECT ctid FROM {t}
