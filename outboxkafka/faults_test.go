@@ -123,15 +123,7 @@ func TestUnreachableClusterFailsLaterBatchesUnavailableAndUnsent(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	client, err := kgo.NewClient(kgo.SeedBrokers(c.Seeds()...), kgo.ProducerLinger(0), kgo.MetadataMinAge(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	p, err := outboxkafka.New(client, outboxkafka.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, client := withOwnClient(t, c, kgo.ProducerLinger(0), kgo.MetadataMinAge(50*time.Millisecond))
 	before := publishertest.Messages(topic, 3)
 	requireOK(t, before, p.Publish(ctxTimeout(t, 30*time.Second), before))
 

@@ -45,6 +45,22 @@ func dial(t *testing.T, c *kafkatest.Cluster, cfg outboxkafka.Config, opts ...kg
 	return p
 }
 
+// withOwnClient returns a publisher made by New with a client of the test's
+// own on c (built with opts), which is closed when the test ends.
+func withOwnClient(t *testing.T, c *kafkatest.Cluster, opts ...kgo.Opt) (*outboxkafka.Publisher, *kgo.Client) {
+	t.Helper()
+	client, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Seeds()...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	p, err := outboxkafka.New(client, outboxkafka.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, client
+}
+
 // receiver reads records from consumer as publishertest.Received.
 func receiver(consumer *kafkatest.Consumer) func(ctx context.Context, n int) ([]publishertest.Received, error) {
 	return func(ctx context.Context, n int) ([]publishertest.Received, error) {
@@ -371,15 +387,7 @@ func TestCloseOfANewPublisherLeavesTheClientToItsOwner(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
 	topic := c.Topic(t, 1, nil)
-	client, err := kgo.NewClient(kgo.SeedBrokers(c.Seeds()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	p, err := outboxkafka.New(client, outboxkafka.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, client := withOwnClient(t, c)
 	batch := publishertest.Messages(topic, 3)
 	requireOK(t, batch, p.Publish(ctxTimeout(t, 30*time.Second), batch))
 	if err := p.Close(); err != nil {

@@ -263,6 +263,24 @@ func testPublishedSettlement(t *testing.T, s *suite) {
 	}
 }
 
+// requireRetried checks a message settled as a retry: pending, with its
+// attempts and last error, and due between earliest and latest (the
+// settlement's time plus the delay).
+func requireRetried(t *testing.T, got outbox.Message, attempts int, lastError string, earliest, latest time.Time) {
+	t.Helper()
+	switch {
+	case got.Status != outbox.StatusPending:
+		t.Fatalf("retried message %s: status %q; want %q", got.ID, got.Status, outbox.StatusPending)
+	case got.Attempts != attempts:
+		t.Fatalf("retried message %s: attempts %d; want %d", got.ID, got.Attempts, attempts)
+	case got.LastError != lastError:
+		t.Fatalf("retried message %s: last error %q; want %q", got.ID, got.LastError, lastError)
+	case !within(got.AvailableAt, earliest, latest):
+		t.Fatalf("retried message %s: available at %v; want the settlement's time plus the delay, between %v and %v",
+			got.ID, got.AvailableAt, earliest, latest)
+	}
+}
+
 func testUnsentRetry(t *testing.T, s *suite) {
 	const delay = 300 * time.Millisecond
 	unsent, failed := newMessage("orders.unsent"), newMessage("orders.failed")
@@ -277,18 +295,7 @@ func testUnsentRetry(t *testing.T, s *suite) {
 	}}, outbox.Claim{})
 	after := s.now(t)
 
-	got := s.get(t, unsent.ID)
-	switch {
-	case got.Status != outbox.StatusPending:
-		t.Fatalf("unsent message %s: status %q; want %q", unsent.ID, got.Status, outbox.StatusPending)
-	case got.Attempts != 0:
-		t.Fatalf("unsent message %s: attempts %d; want 0", unsent.ID, got.Attempts)
-	case got.LastError != "connection refused":
-		t.Fatalf("unsent message %s: last error %q; want %q", unsent.ID, got.LastError, "connection refused")
-	case !within(got.AvailableAt, before.Add(delay), after.Add(delay)):
-		t.Fatalf("unsent message %s: available at %v; want the settlement's time plus %v, between %v and %v",
-			unsent.ID, got.AvailableAt, delay, before.Add(delay), after.Add(delay))
-	}
+	requireRetried(t, s.get(t, unsent.ID), 0, "connection refused", before.Add(delay), after.Add(delay))
 	if got := s.get(t, failed.ID); got.Attempts != 1 || got.LastError != "nack" {
 		t.Fatalf("failed message %s settled with the unsent one: attempts %d, last error %q; want 1 and %q", failed.ID, got.Attempts, got.LastError, "nack")
 	}
@@ -305,17 +312,7 @@ func testRetrySettlement(t *testing.T, s *suite) {
 	after := s.now(t)
 
 	got := s.get(t, m.ID)
-	switch {
-	case got.Status != outbox.StatusPending:
-		t.Fatalf("retried message %s: status %q; want %q", m.ID, got.Status, outbox.StatusPending)
-	case got.Attempts != 1:
-		t.Fatalf("retried message %s: attempts %d; want 1", m.ID, got.Attempts)
-	case got.LastError != "broker unavailable":
-		t.Fatalf("retried message %s: last error %q; want %q", m.ID, got.LastError, "broker unavailable")
-	case !within(got.AvailableAt, before.Add(delay), after.Add(delay)):
-		t.Fatalf("retried message %s: available at %v; want the settlement's time plus %v, between %v and %v",
-			m.ID, got.AvailableAt, delay, before.Add(delay), after.Add(delay))
-	}
+	requireRetried(t, got, 1, "broker unavailable", before.Add(delay), after.Add(delay))
 
 	token, again := s.claimEventually(t, 10, longLease)
 	if now := s.now(t); len(again) != 1 || again[0].ID != m.ID || now.Before(got.AvailableAt) {
