@@ -71,9 +71,10 @@ func pgxHarnessOn(t *testing.T, pool *pgxpool.Pool) storetest.Harness {
 	store := newStore(t, pool, outboxpg.Options{})
 	w := newWriter(t, store)
 	return storetest.Harness{
-		Admin: store,
-		Now:   dbNow(pool),
-		Store: store,
+		Admin:      store,
+		Now:        dbNow(pool),
+		Store:      store,
+		KeyOrdered: keyOrdered(t, pool, store),
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
@@ -87,6 +88,17 @@ func pgxHarnessOn(t *testing.T, pool *pgxpool.Pool) storetest.Harness {
 		},
 		SetStoredHeaders: setStoredHeaders(pool, store.Name()),
 	}
+}
+
+// keyOrdered returns a store on store's table that claims in key order.
+func keyOrdered(t *testing.T, pool *pgxpool.Pool, store *outboxpg.Store) *outboxpg.Store {
+	t.Helper()
+	schema, table, _ := strings.Cut(store.Name(), ".")
+	s, err := outboxpg.New(pool, outboxpg.Options{Schema: schema, Table: table, OrderByKey: true})
+	if err != nil {
+		t.Fatalf("new key-ordered store: %v", err)
+	}
+	return s
 }
 
 // setStoredHeaders is storetest.Harness.SetStoredHeaders for the table named
@@ -110,9 +122,10 @@ func sqlHarness(t *testing.T) storetest.Harness {
 	}
 	w := newWriter(t, sw)
 	return storetest.Harness{
-		Admin: store,
-		Now:   dbNow(pool),
-		Store: store,
+		Admin:      store,
+		Now:        dbNow(pool),
+		Store:      store,
+		KeyOrdered: keyOrdered(t, pool, store),
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},

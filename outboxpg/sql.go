@@ -32,8 +32,20 @@ type statements struct {
 // messageColumns are scanned by scanMessage, in this order.
 const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
 
-func newStatements(n names) statements {
-	r := strings.NewReplacer("{t}", n.qTable)
+func newStatements(n names, orderByKey bool) statements {
+	// In key order, a message is due only as the head of its key: no
+	// earlier message of the key is pending (leased, retrying or scheduled
+	// later). The key index (migration 3) answers that with one probe.
+	// Under READ COMMITTED two relays cannot both pass a key's head: the
+	// head stays pending, hence blocks the next message, until the
+	// transaction that publishes or kills it commits.
+	headOfKey := ""
+	if orderByKey {
+		headOfKey = `
+		AND (o.key = '' OR NOT EXISTS (
+			SELECT FROM ` + n.qTable + ` AS e WHERE e.key = o.key AND e.status = 'pending' AND e.id < o.id))`
+	}
+	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey)
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
 
 	insert := `
@@ -98,9 +110,9 @@ WHERE t.id = d.id AND t.lease_token = $3`),
 		// for the next claim. RETURNING has no order: the caller sorts.
 		claim: sql(`
 WITH c AS MATERIALIZED (
-	SELECT ctid FROM {t}
+	SELECT ctid FROM {t} AS o
 	WHERE status = 'pending' AND available_at <= now()
-		AND (locked_until IS NULL OR locked_until <= now())
+		AND (locked_until IS NULL OR locked_until <= now()){head_of_key}
 	ORDER BY available_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
@@ -121,8 +133,8 @@ WHERE id = ANY($1::uuid[]) AND lease_token = $2 AND status = 'pending'`),
 		nextDue: sql(`
 SELECT CASE
 	WHEN EXISTS (
-		SELECT FROM {t} WHERE status = 'pending' AND available_at <= now()
-			AND (locked_until IS NULL OR locked_until <= now())
+		SELECT FROM {t} AS o WHERE status = 'pending' AND available_at <= now()
+			AND (locked_until IS NULL OR locked_until <= now()){head_of_key}
 	) THEN 0
 	ELSE ceil(EXTRACT(EPOCH FROM LEAST(
 		(SELECT min(locked_until) FROM {t} WHERE status = 'pending' AND available_at <= now()),

@@ -49,7 +49,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n)}
+	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n, opts.OrderByKey)}
 	s.ins = newInserter(n, &s.stmts, opts.Notify)
 	return s, nil
 }

@@ -78,7 +78,7 @@ func NewSQL(db *sql.DB, opts Options) (*SQLWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	stmts := newStatements(n)
+	stmts := newStatements(n, false)
 	return &SQLWriter{db: db, ins: newInserter(n, &stmts, opts.Notify)}, nil
 }
 

@@ -39,6 +39,10 @@ type Harness struct {
 	Now func(ctx context.Context) (time.Time, error)
 	// Store is the table under test.
 	Store outbox.Store
+	// KeyOrdered is the same table through a store that claims in key
+	// order (outboxpg.Options.OrderByKey, for example). Nil skips the
+	// key-order cases.
+	KeyOrdered outbox.Store
 	// Write writes msgs in one transaction and commits it, the way
 	// applications do (through an outbox.Writer).
 	Write func(ctx context.Context, msgs ...*outbox.Message) error
@@ -58,13 +62,28 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t)
-			if h.Store == nil || h.Admin == nil || h.Write == nil || h.WriteRollback == nil {
-				t.Fatalf("storetest: the harness must set Store, Admin, Write and WriteRollback")
+			c.run(t, &suite{h: harness(t, newHarness)})
+		})
+	}
+	for _, c := range keyOrderCases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := harness(t, newHarness)
+			if h.KeyOrdered == nil {
+				t.Skip("the harness sets no KeyOrdered store")
 			}
 			c.run(t, &suite{h: h})
 		})
 	}
+}
+
+func harness(t *testing.T, newHarness func(t *testing.T) Harness) Harness {
+	t.Helper()
+	h := newHarness(t)
+	if h.Store == nil || h.Admin == nil || h.Write == nil || h.WriteRollback == nil {
+		t.Fatalf("storetest: the harness must set Store, Admin, Write and WriteRollback")
+	}
+	return h
 }
 
 type testCase struct {

@@ -1,0 +1,186 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+)
+
+// keyOrderCases need Harness.KeyOrdered.
+var keyOrderCases = []testCase{
+	{"in key order a claim takes only the head of each key, and the next message after the head is settled", testKeyOrderHeads},
+	{"in key order a retrying head holds back its key only, and next due waits for it", testKeyOrderRetryHoldsBackItsKey},
+	{"in key order concurrent claimers publish every key's messages in id order", testKeyOrderConcurrentClaimers},
+}
+
+// keyed returns messages with the given keys, ids ascending in slice order.
+func keyed(keys ...string) []*outbox.Message {
+	msgs := newMessages("orders.keyed", len(keys))
+	for i, k := range keys {
+		msgs[i].Key = k
+	}
+	return msgs
+}
+
+// orderedClaim claims through the key-ordered store and fails unless exactly
+// want come back, in that order.
+func (s *suite) orderedClaim(t *testing.T, want ...uuid.UUID) uuid.UUID {
+	t.Helper()
+	token := uuid.New()
+	got, err := s.h.KeyOrdered.Exchange(t.Context(), outbox.Settlement{}, outbox.Claim{Limit: 100, Lease: longLease, Token: token})
+	if err != nil {
+		t.Fatalf("claim in key order: %v", err)
+	}
+	if !slices.Equal(ids(got), want) {
+		t.Fatalf("claim in key order returned %v; want %v", ids(got), want)
+	}
+	return token
+}
+
+func testKeyOrderHeads(t *testing.T, s *suite) {
+	m := keyed("a", "a", "b", "", "", "a")
+	a1, a2, b1, free1, free2, a3 := m[0], m[1], m[2], m[3], m[4], m[5]
+	s.write(t, m...)
+
+	token := s.orderedClaim(t, a1.ID, b1.ID, free1.ID, free2.ID)
+	// a1 is leased, not settled: a2 stays behind it.
+	s.orderedClaim(t)
+	s.exchange(t, outbox.Settlement{Token: token, Published: []uuid.UUID{a1.ID, b1.ID, free1.ID, free2.ID}}, outbox.Claim{})
+	token = s.orderedClaim(t, a2.ID)
+	// A dead message no longer holds its key back.
+	s.exchange(t, outbox.Settlement{Token: token, Dead: []outbox.Failure{{ID: a2.ID, Error: "rejected"}}}, outbox.Claim{})
+	s.orderedClaim(t, a3.ID)
+}
+
+func testKeyOrderRetryHoldsBackItsKey(t *testing.T, s *suite) {
+	m := keyed("a", "a", "b")
+	a1, b1 := m[0], m[2]
+	s.write(t, m...)
+	token := s.orderedClaim(t, a1.ID, b1.ID)
+
+	const delay = 300 * time.Millisecond
+	settle := outbox.Settlement{Token: token, Published: []uuid.UUID{b1.ID}, Retry: []outbox.Retry{{ID: a1.ID, Delay: delay, Error: "broker busy"}}}
+	s.exchange(t, settle, outbox.Claim{})
+	b2 := keyed("b")[0]
+	s.write(t, b2)
+	// a2 is due but a1 waits for its retry: only b moves on.
+	s.orderedClaim(t, b2.ID)
+	wait, ok, err := s.h.KeyOrdered.NextDue(t.Context())
+	if err != nil || !ok || wait <= 0 || wait > delay {
+		t.Fatalf("next due in key order while a1 retries in %v and a2 waits behind it: %v, %v, %v; want a wait of at most %v, not due now", delay, wait, ok, err, delay)
+	}
+
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		token := uuid.New()
+		got, err := s.h.KeyOrdered.Exchange(t.Context(), outbox.Settlement{}, outbox.Claim{Limit: 100, Lease: longLease, Token: token})
+		if err != nil {
+			t.Fatalf("claim in key order: %v", err)
+		}
+		if len(got) > 0 {
+			if !slices.Equal(ids(got), []uuid.UUID{a1.ID}) {
+				t.Fatalf("claim in key order after a1's retry delay returned %v; want only a1 %s", ids(got), a1.ID)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a1 was not claimable again within %v of its retry delay", waitTimeout)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// testKeyOrderConcurrentClaimers runs claimers that record each message as
+// published between its claim and its settlement, retrying some once, and
+// checks that every key's messages were published in id order.
+func testKeyOrderConcurrentClaimers(t *testing.T, s *suite) {
+	const (
+		keys      = 6
+		perKey    = 40
+		claimers  = 4
+		batch     = 4
+		retryEach = 7 // every 7th message fails its first attempt
+	)
+	var all []*outbox.Message
+	for range perKey {
+		round := make([]string, keys)
+		for k := range round {
+			round[k] = fmt.Sprintf("key-%d", k)
+		}
+		all = append(all, keyed(round...)...)
+	}
+	s.write(t, all...)
+	retryOnce := map[uuid.UUID]bool{}
+	for i, m := range all {
+		if i%retryEach == 0 {
+			retryOnce[m.ID] = true
+		}
+	}
+
+	var (
+		mu        sync.Mutex
+		published = map[string][]uuid.UUID{}
+		done      int
+		failures  = make(chan string, claimers)
+		wg        sync.WaitGroup
+	)
+	deadline := time.Now().Add(60 * time.Second)
+	for c := range claimers {
+		wg.Go(func() {
+			var settle outbox.Settlement
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				finished := done == len(all)
+				mu.Unlock()
+				if finished {
+					break
+				}
+				token := uuid.New()
+				got, err := s.h.KeyOrdered.Exchange(t.Context(), settle, outbox.Claim{Limit: batch, Lease: longLease, Token: token})
+				if err != nil {
+					failures <- fmt.Sprintf("claimer %d: %v", c, err)
+					return
+				}
+				settle = outbox.Settlement{Token: token}
+				mu.Lock()
+				for _, m := range got {
+					if retryOnce[m.ID] {
+						delete(retryOnce, m.ID)
+						settle.Retry = append(settle.Retry, outbox.Retry{ID: m.ID, Error: "first attempt fails"})
+						continue
+					}
+					published[m.Key] = append(published[m.Key], m.ID)
+					settle.Published = append(settle.Published, m.ID)
+					done++
+				}
+				mu.Unlock()
+				if len(got) == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			if _, err := s.h.KeyOrdered.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
+				failures <- fmt.Sprintf("claimer %d: final settlement: %v", c, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(failures)
+	for f := range failures {
+		t.Error(f)
+	}
+	byKey := map[string][]uuid.UUID{}
+	for _, m := range all {
+		byKey[m.Key] = append(byKey[m.Key], m.ID)
+	}
+	for k, want := range byKey {
+		if got := published[k]; !slices.Equal(got, want) {
+			t.Errorf("key %s: published in the order %v; want id order %v", k, got, want)
+		}
+	}
+}
