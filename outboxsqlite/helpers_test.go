@@ -75,9 +75,14 @@ func newWriter(t *testing.T, in outbox.Inserter[*sql.Tx]) *outbox.Writer[*sql.Tx
 // harness writes through the Store's own transactions (RunInTx).
 func harness(t *testing.T, store *outboxsqlite.Store) storetest.Harness {
 	w := newWriter(t, store)
+	ordered, err := outboxsqlite.New(store.DB(), outboxsqlite.Options{Table: strings.TrimPrefix(store.Name(), "main."), OrderByKey: true})
+	if err != nil {
+		t.Fatalf("new key-ordered store: %v", err)
+	}
 	return storetest.Harness{
-		Admin: store,
-		Store: store,
+		Admin:      store,
+		Store:      store,
+		KeyOrdered: ordered,
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},

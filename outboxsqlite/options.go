@@ -40,6 +40,14 @@ type Options struct {
 	// error, so a typo in a path never turns into a new, empty database.
 	// Set it where the table is created (`outbox migrate up` does).
 	CreateIfMissing bool
+	// OrderByKey makes the Store's claims keep the order of messages that
+	// share a non-empty Key: a message is claimed only when no earlier (lower
+	// id) message of its key is still pending, so a key's messages are
+	// published one after the other in id order, and a message waiting for
+	// its retry holds back only the rest of its key. Messages without a key
+	// are claimed as usual. Set it on the Store of every relay of the table.
+	// A dead message no longer holds its key back. Default false.
+	OrderByKey bool
 	// PollOnly turns ListenForWrites off: it returns an error at once and
 	// the relay only polls, saving the connection the watcher holds.
 	// Default false (watch).
@@ -68,6 +76,7 @@ type settings struct {
 
 	busyTimeout     time.Duration
 	createIfMissing bool
+	orderByKey      bool
 	pollOnly        bool
 	watchInterval   time.Duration
 }
@@ -95,6 +104,7 @@ func (o Options) resolve() (settings, error) {
 		qMigr:           quoteIdent(table + "_migrations"),
 		busyTimeout:     o.BusyTimeout,
 		createIfMissing: o.CreateIfMissing,
+		orderByKey:      o.OrderByKey,
 		pollOnly:        o.PollOnly,
 		watchInterval:   o.WatchInterval,
 	}

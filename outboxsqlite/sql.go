@@ -32,7 +32,16 @@ type statements struct {
 const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
 
 func newStatements(s settings) statements {
-	r := strings.NewReplacer("{t}", s.qTable)
+	// In key order, a message is due only as the head of its key: no
+	// earlier message of its key is pending (leased, retrying or scheduled
+	// later). The key index (migration 2) answers that with one probe.
+	headOfKey := ""
+	if s.orderByKey {
+		headOfKey = `
+	AND (o.key = '' OR NOT EXISTS (
+		SELECT 1 FROM ` + s.qTable + ` AS e WHERE e.key = o.key AND e.status = 'pending' AND e.id < o.id))`
+	}
+	r := strings.NewReplacer("{t}", s.qTable, "{head_of_key}", headOfKey)
 	sql := func(q string) string { return r.Replace(strings.TrimSpace(q)) }
 
 	return statements{
@@ -41,7 +50,7 @@ func newStatements(s settings) statements {
 
 		// The relay's probe before it takes the write lock: a claim that
 		// would find nothing stays a read.
-		anyDue: sql(`SELECT EXISTS (SELECT 1 FROM {t} WHERE status = 'pending' AND available_at <= ?1)`),
+		anyDue: sql(`SELECT EXISTS (SELECT 1 FROM {t} AS o WHERE status = 'pending' AND available_at <= ?1{head_of_key})`),
 
 		settlePublished: sql(`DELETE FROM {t} WHERE lease_token = ?1 AND id IN (SELECT value FROM json_each(?2))`),
 		settleKept: sql(`
@@ -63,8 +72,8 @@ WHERE t.id = d.id AND t.lease_token = ?1`),
 		// the due time they were claimed at, then leases exactly those ids;
 		// both run under the write lock, so nothing changes in between.
 		claimSelect: sql(`
-SELECT ` + messageColumns + ` FROM {t}
-WHERE status = 'pending' AND available_at <= ?1
+SELECT ` + messageColumns + ` FROM {t} AS o
+WHERE status = 'pending' AND available_at <= ?1{head_of_key}
 ORDER BY available_at, id
 LIMIT ?2`),
 		claimUpdate: sql(`
@@ -73,7 +82,7 @@ WHERE status = 'pending' AND id IN (SELECT value FROM json_each(?3))`),
 		release: sql(`
 UPDATE {t} SET available_at = ?1, lease_token = NULL
 WHERE lease_token = ?2 AND status = 'pending' AND id IN (SELECT value FROM json_each(?3))`),
-		nextDue: sql(`SELECT min(available_at) FROM {t} WHERE status = 'pending'`),
+		nextDue: sql(`SELECT min(available_at) FROM {t} AS o WHERE status = 'pending'{head_of_key}`),
 		purge: sql(`
 DELETE FROM {t} WHERE status = 'published' AND id IN (
 	SELECT id FROM {t}
