@@ -57,16 +57,22 @@ func (g *globalFlags) resolveURL() (string, error) {
 
 // open connects to the database and opens the outbox table. notify makes
 // writes wake relays in other processes (used by `send`).
-func (g *globalFlags) open(ctx context.Context, notify bool) (*backend, error) {
+// storeMode holds the store options a command sets for itself.
+type storeMode struct {
+	notify     bool // writes NOTIFY (PostgreSQL)
+	orderByKey bool // claims keep the order of each key
+}
+
+func (g *globalFlags) open(ctx context.Context, mode storeMode) (*backend, error) {
 	raw, err := g.resolveURL()
 	if err != nil {
 		return nil, err
 	}
 	switch scheme := urlScheme(raw); scheme {
 	case "postgres", "postgresql":
-		return g.openPostgres(ctx, raw, notify)
+		return g.openPostgres(ctx, raw, mode)
 	case "sqlite": // sqlite:///abs/app.db, sqlite:relative/app.db
-		return g.openSQLite(ctx, raw)
+		return g.openSQLite(ctx, raw, mode)
 	case "":
 		return nil, usagef("the database URL is not a URL; use postgres://user:password@host:5432/db or sqlite:///path/app.db")
 	default:
@@ -91,7 +97,7 @@ func urlScheme(raw string) string {
 	return strings.ToLower(scheme)
 }
 
-func (g *globalFlags) openPostgres(ctx context.Context, raw string, notify bool) (*backend, error) {
+func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMode) (*backend, error) {
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err)
@@ -104,7 +110,7 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, notify bool)
 		pool.Close()
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
-	opts := outboxpg.Options{Schema: g.schema, Table: g.table, Notify: notify}
+	opts := outboxpg.Options{Schema: g.schema, Table: g.table, Notify: mode.notify, OrderByKey: mode.orderByKey}
 	store, err := outboxpg.New(pool, opts)
 	if err != nil {
 		pool.Close()

@@ -42,7 +42,7 @@ func newDeadListCommand(g *globalFlags) *cobra.Command {
 				}
 				afterID = id
 			}
-			b, err := g.open(cmd.Context(), false)
+			b, err := g.open(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}
@@ -80,7 +80,7 @@ func newDeadShowCommand(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := g.open(cmd.Context(), false)
+			b, err := g.open(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}
@@ -122,7 +122,7 @@ func newDeadRetryCommand(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := g.open(cmd.Context(), false)
+			b, err := g.open(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}
@@ -149,7 +149,7 @@ func newDeadDiscardCommand(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := g.open(cmd.Context(), false)
+			b, err := g.open(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}

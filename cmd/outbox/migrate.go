@@ -24,7 +24,7 @@ func newMigrateCommand(g *globalFlags) *cobra.Command {
 		Short: "Apply every migration not yet applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := g.open(cmd.Context(), false)
+			b, err := g.open(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}
@@ -46,7 +46,7 @@ func newMigrateCommand(g *globalFlags) *cobra.Command {
 			if steps < 1 {
 				return usagef("--steps %d: use 1 or more", steps)
 			}
-			b, err := g.open(cmd.Context(), false)
+			b, err := g.open(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}
@@ -65,7 +65,7 @@ func newMigrateCommand(g *globalFlags) *cobra.Command {
 		Short: "Show each migration and whether it is applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := g.open(cmd.Context(), false)
+			b, err := g.open(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ func newRelayCommand(g *globalFlags) *cobra.Command {
 		cfg             outbox.Config
 		publisherURL    string
 		shutdownTimeout time.Duration
+		orderByKey      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "relay",
@@ -54,7 +55,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 				return err
 			}
 			defer closePublisher(pub)
-			b, err := g.open(cmd.Context(), false)
+			b, err := g.open(cmd.Context(), storeMode{orderByKey: orderByKey})
 			if err != nil {
 				return err
 			}
@@ -95,6 +96,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 	f.DurationVar(&cfg.ActivePollInterval, "active-poll-interval", outbox.ActivePollIntervalDefault, "first wait after work was found (doubles up to --poll-interval)")
 	f.DurationVar(&cfg.Retention, "retention", outbox.RetentionDefault, "keep published messages this long (0 deletes them on publish)")
 	f.BoolVar(&cfg.DisableListen, "poll-only", false, "poll only: no PostgreSQL LISTEN (needed behind a transaction-mode pooler), no SQLite change watcher")
+	f.BoolVar(&orderByKey, "order-by-key", false, "publish the messages of each key one at a time in id order; a failing message holds back only its key (give it to every relay of the table)")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
 	return cmd
 }

@@ -64,7 +64,7 @@ func sqlitePath(raw string) (string, error) {
 	return path, nil
 }
 
-func (g *globalFlags) openSQLite(ctx context.Context, raw string) (*backend, error) {
+func (g *globalFlags) openSQLite(ctx context.Context, raw string, mode storeMode) (*backend, error) {
 	path, err := sqlitePath(raw)
 	if err != nil {
 		return nil, err
@@ -72,7 +72,7 @@ func (g *globalFlags) openSQLite(ctx context.Context, raw string) (*backend, err
 	if g.schema != "" {
 		return nil, usagef("--schema %q: SQLite databases have no schemas; leave --schema out (--table names the table in the file)", g.schema)
 	}
-	opts := outboxsqlite.Options{Table: g.table}
+	opts := outboxsqlite.Options{Table: g.table, OrderByKey: mode.orderByKey}
 	names, err := outboxsqlite.New(&sql.DB{}, opts) // validates --table; touches no database
 	if err != nil {
 		return nil, err
