@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,6 +68,7 @@ type demo struct {
 	start        time.Time
 	store        *outboxsqlite.Store
 	writer       *outbox.Writer[*sql.Tx]
+	inbox        *outbox.Inbox[*sql.Tx]
 	nats         *natstest.Server
 	pub          *outboxnats.Publisher
 	relay        *outbox.Relay
@@ -121,11 +123,20 @@ func (d *demo) setUp(ctx context.Context) error {
 	for _, ddl := range []string{
 		`CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, total_cents INTEGER NOT NULL)`,
 		`CREATE TABLE IF NOT EXISTS revenue (customer TEXT PRIMARY KEY, orders INTEGER NOT NULL, total_cents INTEGER NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS inbox (consumer TEXT NOT NULL, message_id TEXT NOT NULL, processed_at TEXT NOT NULL, PRIMARY KEY (consumer, message_id))`,
 	} {
 		if _, err := store.DB().ExecContext(ctx, ddl); err != nil {
 			return err
 		}
+	}
+	inboxTable, err := outboxsqlite.NewInboxTable(store, "inbox")
+	if err != nil {
+		return err
+	}
+	if err := inboxTable.Migrate(ctx); err != nil {
+		return err
+	}
+	if d.inbox, err = outbox.NewInbox(inboxTable, "revenue"); err != nil {
+		return err
 	}
 	if d.writer, err = outbox.NewWriter(store, outbox.WriterConfig{}); err != nil {
 		return err
@@ -198,20 +209,18 @@ func (d *demo) startConsumer(ctx context.Context, js jetstream.JetStream) error 
 }
 
 // apply is the consumer's handler behind its inbox.
-func (d *demo) apply(ctx context.Context, id, customer string, payload []byte) error {
+func (d *demo) apply(ctx context.Context, rawID, customer string, payload []byte) error {
+	id, err := uuid.Parse(rawID)
+	if err != nil {
+		return fmt.Errorf("message id %q: %w", rawID, err)
+	}
 	var cents int
 	if _, err := fmt.Sscanf(string(payload), `{"total_cents":%d}`, &cents); err != nil {
 		return err
 	}
-	err := d.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO inbox (consumer, message_id, processed_at) VALUES ('revenue', ?, ?) ON CONFLICT DO NOTHING`, id, time.Now().UTC().Format(time.RFC3339Nano))
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil // seen before: skip the effect, acknowledge again
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO revenue (customer, orders, total_cents) VALUES (?, 1, ?)
+	// A delivery seen before is skipped, and acknowledged again.
+	_, err = d.inbox.Handle(ctx, id, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO revenue (customer, orders, total_cents) VALUES (?, 1, ?)
 			ON CONFLICT (customer) DO UPDATE SET orders = orders + 1, total_cents = total_cents + excluded.total_cents`, customer, cents)
 		return err
 	})
@@ -219,7 +228,7 @@ func (d *demo) apply(ctx context.Context, id, customer string, payload []byte) e
 		return err
 	}
 	d.mu.Lock()
-	d.consumed[id]++
+	d.consumed[rawID]++
 	d.mu.Unlock()
 	select {
 	case d.applied <- struct{}{}:

@@ -1,0 +1,80 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// InboxRetentionDefault is how long inbox tables are meant to remember a
+// processed message id by default: far longer than any broker redelivers.
+const InboxRetentionDefault = 14 * 24 * time.Hour
+
+// MaxConsumerLength is the longest consumer name an Inbox accepts, in bytes.
+const MaxConsumerLength = 200
+
+// InboxStore is a table of processed message ids in the consumer's own
+// database (outboxpg.InboxTable, outboxsqlite.InboxTable).
+type InboxStore[TTx any] interface {
+	TxRunner[TTx]
+	// MarkProcessed records, inside tx, that consumer processed id, and
+	// reports whether it is the first record of it. While another open
+	// transaction holds a record of the same id, it waits for that
+	// transaction to end: then it reports false if the other committed.
+	MarkProcessed(ctx context.Context, tx TTx, consumer string, id uuid.UUID) (bool, error)
+}
+
+// Inbox makes a consumer apply each message once, however often the broker
+// delivers it. Handle runs the handler in one transaction with a record of
+// the message's id: the handler's changes, the record, and any messages the
+// handler writes to an outbox in tx commit together or not at all.
+// Acknowledge a delivery to the broker only after Handle returned nil.
+type Inbox[TTx any] struct {
+	store    InboxStore[TTx]
+	consumer string
+}
+
+// NewInbox returns the inbox of one consumer. Consumers with different names
+// process the same message independently, each once. It returns a
+// *ConfigError if consumer is empty or longer than MaxConsumerLength.
+func NewInbox[TTx any](store InboxStore[TTx], consumer string) (*Inbox[TTx], error) {
+	if store == nil {
+		return nil, &ConfigError{Field: "NewInbox store", Value: "nil", Fix: "pass an inbox table, e.g. outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{})"}
+	}
+	if consumer == "" || len(consumer) > MaxConsumerLength {
+		return nil, &ConfigError{Field: "NewInbox consumer", Value: fmt.Sprintf("%q", consumer),
+			Fix: fmt.Sprintf("name the consumer (1 to %d bytes), e.g. \"billing\"; it must stay the same across restarts", MaxConsumerLength)}
+	}
+	return &Inbox[TTx]{store: store, consumer: consumer}, nil
+}
+
+// Handle applies the message with the given id once. In a new transaction it
+// records the id and, if this is the first record, runs fn in the same
+// transaction and commits; applied reports whether fn ran and committed.
+// For a message processed before, fn does not run and Handle returns
+// (false, nil): acknowledge the duplicate. If fn or the commit fails,
+// nothing is recorded and Handle returns the error: do not acknowledge, so
+// the broker delivers the message again.
+func (in *Inbox[TTx]) Handle(ctx context.Context, id uuid.UUID, fn func(ctx context.Context, tx TTx) error) (applied bool, err error) {
+	if id == uuid.Nil {
+		return false, fmt.Errorf("outbox: inbox %s: message id is the nil UUID; pass the id the relay published the message with", in.consumer)
+	}
+	err = in.store.RunInTx(ctx, func(tx TTx) error {
+		applied = false // a retried transaction starts over
+		first, err := in.store.MarkProcessed(ctx, tx, in.consumer, id)
+		if err != nil || !first {
+			return err
+		}
+		if err := fn(ctx, tx); err != nil {
+			return err
+		}
+		applied = true
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return applied, nil
+}

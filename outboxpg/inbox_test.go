@@ -1,0 +1,113 @@
+package outboxpg_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/storetest"
+)
+
+func TestInboxConformance(t *testing.T) {
+	t.Parallel()
+	storetest.RunInbox(t, func(t *testing.T) storetest.InboxHarness[pgx.Tx] {
+		pool := pgtest.Pool(t)
+		schema := pgtest.Schema(t)
+		table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
+		if err != nil {
+			t.Fatalf("new inbox table: %v", err)
+		}
+		// Migrate twice: it must be idempotent.
+		for range 2 {
+			if err := table.Migrate(t.Context()); err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+		}
+		effects := `"` + schema + `".effects`
+		if _, err := pool.Exec(t.Context(), `CREATE TABLE `+effects+` (message_id uuid NOT NULL)`); err != nil {
+			t.Fatalf("create effects table: %v", err)
+		}
+		return storetest.InboxHarness[pgx.Tx]{
+			Table: table,
+			Purge: table.PurgeProcessed,
+			Effect: func(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+				_, err := tx.Exec(ctx, `INSERT INTO `+effects+` VALUES ($1)`, id)
+				return err
+			},
+			Effects: func(ctx context.Context, id uuid.UUID) (n int, err error) {
+				err = pool.QueryRow(ctx, `SELECT count(*) FROM `+effects+` WHERE message_id = $1`, id).Scan(&n)
+				return n, err
+			},
+		}
+	})
+}
+
+// A handler can write outgoing messages through a Writer in the inbox's
+// transaction: they exist only if the message was applied.
+func TestInboxHandlerWritesToTheOutboxInItsTransaction(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{})
+	schema, _, _ := strings.Cut(store.Name(), ".")
+	table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
+	if err != nil {
+		t.Fatalf("new inbox table: %v", err)
+	}
+	if err := table.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	in, err := outbox.NewInbox(table, "shipping")
+	if err != nil {
+		t.Fatalf("new inbox: %v", err)
+	}
+	w := newWriter(t, store)
+	id := uuid.Must(uuid.NewV7())
+	errLater := errors.New("fails after writing")
+	for i, fail := range []bool{true, false, false} {
+		_, err := in.Handle(t.Context(), id, func(ctx context.Context, tx pgx.Tx) error {
+			if err := w.Write(ctx, tx, &outbox.Message{Topic: "shipments.requested", Payload: []byte(id.String())}); err != nil {
+				return err
+			}
+			if fail {
+				return errLater
+			}
+			return nil
+		})
+		if fail != errors.Is(err, errLater) || !fail && err != nil {
+			t.Fatalf("delivery %d: %v", i+1, err)
+		}
+	}
+	st, err := store.Stats(t.Context())
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if st.Pending != 1 {
+		t.Fatalf("after a failed, an applied and a duplicate delivery the outbox holds %d messages; want 1", st.Pending)
+	}
+}
+
+func TestNewInboxTableRejectsInvalidNames(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	for _, opts := range []outboxpg.InboxOptions{{Table: "Processed"}, {Schema: "a-b"}, {Table: "t;drop"}} {
+		_, err := outboxpg.NewInboxTable(pool, opts)
+		var cerr *outbox.ConfigError
+		if !errors.As(err, &cerr) {
+			t.Fatalf("NewInboxTable(%+v): %v; want a *outbox.ConfigError", opts, err)
+		}
+	}
+	if _, err := outbox.NewInbox[pgx.Tx](nil, "x"); err == nil {
+		t.Fatalf("NewInbox with a nil table: no error")
+	}
+	table, _ := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{})
+	if _, err := outbox.NewInbox(table, ""); err == nil {
+		t.Fatalf("NewInbox with an empty consumer: no error")
+	}
+}

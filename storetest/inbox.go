@@ -1,0 +1,207 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+)
+
+// InboxHarness is one fresh, empty inbox table and an effect table in the
+// same database.
+type InboxHarness[TTx any] struct {
+	// Table is the inbox table under test.
+	Table outbox.InboxStore[TTx]
+	// Purge is the table's PurgeProcessed.
+	Purge func(ctx context.Context, before time.Time, limit int) (int, error)
+	// Effect adds one row for id to the effect table inside tx: a handler's
+	// change to the business data. The effect table has no unique key, so
+	// a handler applied twice leaves two rows.
+	Effect func(ctx context.Context, tx TTx, id uuid.UUID) error
+	// Effects counts the effect table's rows for id.
+	Effects func(ctx context.Context, id uuid.UUID) (int, error)
+}
+
+// RunInbox runs the inbox conformance suite: outbox.Inbox over the harness's
+// table applies each message's effect exactly once. newHarness is called
+// once per subtest.
+func RunInbox[TTx any](t *testing.T, newHarness func(t *testing.T) InboxHarness[TTx]) {
+	t.Helper()
+	cases := []struct {
+		name string
+		run  func(t *testing.T, h InboxHarness[TTx])
+	}{
+		{"a message is applied once however often it is handled", testInboxOnce[TTx]},
+		{"a failing handler records nothing and the message is applied on its next delivery", testInboxFailingHandler[TTx]},
+		{"concurrent deliveries of one message apply it once", testInboxConcurrentDuplicates[TTx]},
+		{"each consumer applies a message once", testInboxConsumers[TTx]},
+		{"purge deletes old records in bounded batches", testInboxPurge[TTx]},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, newHarness(t))
+		})
+	}
+}
+
+func newInbox[TTx any](t *testing.T, h InboxHarness[TTx], consumer string) *outbox.Inbox[TTx] {
+	t.Helper()
+	in, err := outbox.NewInbox(h.Table, consumer)
+	if err != nil {
+		t.Fatalf("new inbox: %v", err)
+	}
+	return in
+}
+
+// handle delivers id to in and applies the harness's effect.
+func handle[TTx any](t *testing.T, h InboxHarness[TTx], in *outbox.Inbox[TTx], id uuid.UUID) bool {
+	t.Helper()
+	applied, err := in.Handle(t.Context(), id, func(ctx context.Context, tx TTx) error { return h.Effect(ctx, tx, id) })
+	if err != nil {
+		t.Fatalf("handle message %s: %v", id, err)
+	}
+	return applied
+}
+
+func wantEffects[TTx any](t *testing.T, h InboxHarness[TTx], id uuid.UUID, want int) {
+	t.Helper()
+	got, err := h.Effects(t.Context(), id)
+	if err != nil {
+		t.Fatalf("count effects of message %s: %v", id, err)
+	}
+	if got != want {
+		t.Fatalf("message %s was applied %d times; want %d", id, got, want)
+	}
+}
+
+func testInboxOnce[TTx any](t *testing.T, h InboxHarness[TTx]) {
+	in := newInbox(t, h, "billing")
+	id := uuid.Must(uuid.NewV7())
+	if !handle(t, h, in, id) {
+		t.Fatalf("first delivery of message %s: not applied; want applied", id)
+	}
+	for range 3 {
+		if handle(t, h, in, id) {
+			t.Fatalf("redelivery of message %s: applied again; want skipped", id)
+		}
+	}
+	wantEffects(t, h, id, 1)
+}
+
+func testInboxFailingHandler[TTx any](t *testing.T, h InboxHarness[TTx]) {
+	in := newInbox(t, h, "billing")
+	id := uuid.Must(uuid.NewV7())
+	errHandler := errors.New("handler failed after its effect")
+	applied, err := in.Handle(t.Context(), id, func(ctx context.Context, tx TTx) error {
+		if err := h.Effect(ctx, tx, id); err != nil {
+			return err
+		}
+		return errHandler
+	})
+	if !errors.Is(err, errHandler) || applied {
+		t.Fatalf("handle with a failing handler: %v, %v; want false and the handler's error", applied, err)
+	}
+	wantEffects(t, h, id, 0)
+	if !handle(t, h, in, id) {
+		t.Fatalf("delivery of message %s after a failed one: not applied; want applied", id)
+	}
+	wantEffects(t, h, id, 1)
+}
+
+func testInboxConcurrentDuplicates[TTx any](t *testing.T, h InboxHarness[TTx]) {
+	const (
+		messages   = 10
+		deliveries = 6
+	)
+	in := newInbox(t, h, "billing")
+	for range messages {
+		id := uuid.Must(uuid.NewV7())
+		var (
+			applied atomic.Int32
+			wg      sync.WaitGroup
+			errs    = make(chan error, deliveries)
+			start   = make(chan struct{})
+		)
+		for range deliveries {
+			wg.Go(func() {
+				<-start
+				ok, err := in.Handle(t.Context(), id, func(ctx context.Context, tx TTx) error {
+					// Hold the transaction open so the other deliveries
+					// arrive while it runs.
+					time.Sleep(5 * time.Millisecond)
+					return h.Effect(ctx, tx, id)
+				})
+				if err != nil {
+					errs <- err
+				}
+				if ok {
+					applied.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("concurrent delivery of message %s: %v", id, err)
+		}
+		if n := applied.Load(); n != 1 {
+			t.Fatalf("%d concurrent deliveries of message %s: %d reported applied; want 1", deliveries, id, n)
+		}
+		wantEffects(t, h, id, 1)
+	}
+}
+
+func testInboxConsumers[TTx any](t *testing.T, h InboxHarness[TTx]) {
+	billing, shipping := newInbox(t, h, "billing"), newInbox(t, h, "shipping")
+	id := uuid.Must(uuid.NewV7())
+	for i, in := range []*outbox.Inbox[TTx]{billing, shipping, billing, shipping} {
+		if got, want := handle(t, h, in, id), i < 2; got != want {
+			t.Fatalf("delivery %d of message %s: applied %v; want %v", i+1, id, got, want)
+		}
+	}
+	wantEffects(t, h, id, 2)
+}
+
+func testInboxPurge[TTx any](t *testing.T, h InboxHarness[TTx]) {
+	in := newInbox(t, h, "billing")
+	var ids []uuid.UUID
+	for range 5 {
+		id := uuid.Must(uuid.NewV7())
+		handle(t, h, in, id)
+		ids = append(ids, id)
+	}
+	purge := func(before time.Time, limit int) int {
+		t.Helper()
+		n, err := h.Purge(t.Context(), before, limit)
+		if err != nil {
+			t.Fatalf("purge: %v", err)
+		}
+		return n
+	}
+	if n := purge(time.Now().Add(-time.Hour), 10); n != 0 {
+		t.Fatalf("purge of records older than an hour deleted %d; want 0", n)
+	}
+	// The database's clock may run a little ahead of ours.
+	later := time.Now().Add(time.Minute)
+	var got []int
+	for range 4 {
+		got = append(got, purge(later, 2))
+	}
+	if fmt.Sprint(got) != "[2 2 1 0]" {
+		t.Fatalf("purges of 5 records in batches of 2 deleted %v; want [2 2 1 0]", got)
+	}
+	// A message whose record is gone is applied again.
+	if !handle(t, h, in, ids[0]) {
+		t.Fatalf("delivery of message %s after its record was purged: skipped; want applied", ids[0])
+	}
+	wantEffects(t, h, ids[0], 2)
+}
