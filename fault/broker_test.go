@@ -52,7 +52,7 @@ func (s *scenario) toRabbitMQ(brokerURL string) {
 		}
 		return n
 	}
-	s.delivered = func() map[uuid.UUID]int {
+	s.delivered = func() []uuid.UUID {
 		t.Helper()
 		// The relays are stopped: the queue holds all there will be.
 		var n int
@@ -67,16 +67,16 @@ func (s *scenario) toRabbitMQ(brokerURL string) {
 		if err != nil {
 			t.Fatalf("%s: read the queue: %v", s.name, err)
 		}
-		counts := make(map[uuid.UUID]int, n)
+		ids := make([]uuid.UUID, 0, n)
 		for _, m := range got {
 			id, err := uuid.Parse(m.MessageId)
 			if err != nil {
 				t.Errorf("%s: a message in the queue has message-id %q, not an outbox id", s.name, m.MessageId)
 				continue
 			}
-			counts[id]++
+			ids = append(ids, id)
 		}
-		return counts
+		return ids
 	}
 }
 
@@ -110,7 +110,7 @@ func (s *scenario) toNATS(srv *natstest.Server) {
 		}
 		return n
 	}
-	s.delivered = func() map[uuid.UUID]int {
+	s.delivered = func() []uuid.UUID {
 		t.Helper()
 		n, err := stored()
 		if err != nil {
@@ -122,7 +122,7 @@ func (s *scenario) toNATS(srv *natstest.Server) {
 		if err != nil {
 			t.Fatalf("%s: read stream %s: %v", s.name, stream, err)
 		}
-		counts := make(map[uuid.UUID]int, n)
+		ids := make([]uuid.UUID, 0, n)
 		for _, m := range got {
 			raw := m.Headers().Get(outboxnats.HeaderMsgID)
 			id, err := uuid.Parse(raw)
@@ -130,9 +130,9 @@ func (s *scenario) toNATS(srv *natstest.Server) {
 				t.Errorf("%s: a message in the stream has %s %q, not an outbox id", s.name, outboxnats.HeaderMsgID, raw)
 				continue
 			}
-			counts[id]++
+			ids = append(ids, id)
 		}
-		return counts
+		return ids
 	}
 }
 
@@ -188,7 +188,8 @@ func brokerOutage(t *testing.T, s *scenario, total int, stop, start func()) {
 // starts it again on the same port with the same data.
 func TestFaultRabbitMQRestartedMidRun(t *testing.T) {
 	broker := amqptest.Restartable(t)
-	s := newScenario(t, "RabbitMQ restart, 20k msgs, 2 relays")
+	s := newScenario(t, "RabbitMQ restart, 20k msgs, 2 relays, key order")
+	s.ordered = true
 	s.toRabbitMQ(broker.URL)
 	brokerOutage(t, s, 20000, func() { broker.Stop(t) }, func() { broker.Start(t) })
 }
@@ -301,7 +302,8 @@ func TestFaultStalledRabbitMQLink(t *testing.T) {
 
 // TestFaultStalledNATSLink stalls the link between a relay and NATS.
 func TestFaultStalledNATSLink(t *testing.T) {
-	s := newScenario(t, "stalled relay-NATS link, 5k msgs")
+	s := newScenario(t, "stalled relay-NATS link, 5k msgs, key order")
+	s.ordered = true
 	s.toNATS(natstest.Start(t))
 	stalledBrokerLink(t, s, "")
 }

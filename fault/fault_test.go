@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 		width = max(width, len(l.name))
 	}
 	fmt.Println("\nfault suite report")
-	fmt.Printf("%-*s %9s %9s %7s %10s %6s\n", width, "scenario", "committed", "ambiguous", "faults", "duplicates", "bound")
+	fmt.Printf("%-*s %9s %9s %7s %10s %6s %10s %11s\n", width, "scenario", "committed", "ambiguous", "faults", "duplicates", "bound", "key order", "inbox skips")
 	for _, l := range report.lines {
 		fmt.Printf("%-*s %s\n", width, l.name, l.counts)
 	}
@@ -79,19 +79,23 @@ type scenario struct {
 	// included, for waits on progress; -1 while it cannot tell (a broker
 	// down).
 	arrived func() int
-	// delivered counts each message id at the destination, once the relays
-	// are stopped.
-	delivered func() map[uuid.UUID]int
+	// delivered returns the message ids at the destination in the order
+	// they arrived, duplicates included, once the relays are stopped.
+	delivered func() []uuid.UUID
+	// ordered runs the relays with --order-by-key, and the check then
+	// verifies that each key's messages arrived in commit order.
+	ordered bool
 
 	mu         sync.Mutex
-	committed  []uuid.UUID // commit returned nil: must be delivered
-	ambiguous  []uuid.UUID // commit returned an error: may or may not be
-	rolledBack []uuid.UUID // rolled back on purpose: must never be delivered
+	committed  []uuid.UUID          // commit returned nil: must be delivered
+	ambiguous  []uuid.UUID          // commit returned an error: may or may not be
+	rolledBack []uuid.UUID          // rolled back on purpose: must never be delivered
+	keyOf      map[uuid.UUID]string // the key of each committed or ambiguous message
 }
 
 func newScenario(t *testing.T, name string) *scenario {
 	ctx := context.Background()
-	s := &scenario{t: t, name: name, url: pgtest.URL(t), schema: pgtest.Schema(t)}
+	s := &scenario{t: t, name: name, url: pgtest.URL(t), schema: pgtest.Schema(t), keyOf: map[uuid.UUID]string{}}
 	cfg := pgtest.Config(t)
 	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -118,7 +122,7 @@ func newScenario(t *testing.T, name string) *scenario {
 	t.Cleanup(func() { s.out.Close() })
 	s.publisher = "stdout:"
 	s.arrived = func() int { return clitest.Lines(t, s.published) }
-	s.delivered = func() map[uuid.UUID]int { return clitest.Published(t, s.published) }
+	s.delivered = func() []uuid.UUID { return clitest.PublishedInOrder(t, s.published) }
 	return s
 }
 
@@ -140,6 +144,9 @@ func (s *scenario) startRelayTo(url, publisher string, extra ...string) *clitest
 		}
 	}
 	args = append(args, extra...)
+	if s.ordered {
+		args = append(args, "--order-by-key")
+	}
 	var out io.Writer
 	if publisher == "stdout:" {
 		out = s.out
@@ -167,6 +174,12 @@ func (s *scenario) failedAttempts() int {
 	return n
 }
 
+// keysPerWriter is how many keys each writer spreads its messages over. A
+// writer commits the messages of its keys one transaction after the other,
+// so each key's commit order is its id order. The keys outnumber the
+// messages relays hold in flight, so ordered claims always find work.
+const keysPerWriter = 250
+
 // write commits total messages in transactions of ten from writers
 // goroutines, rolling back every seventh transaction on purpose. Failed
 // transactions (the database is down) are retried with new messages until
@@ -189,7 +202,8 @@ func (s *scenario) write(ctx context.Context, total, writers int) error {
 				}
 				msgs := make([]*outbox.Message, 10)
 				for i := range msgs {
-					msgs[i] = &outbox.Message{Topic: "fault", Key: fmt.Sprintf("k%d", i), Payload: fmt.Appendf(nil, `{"w":%d,"tx":%d}`, g, tx)}
+					key := fmt.Sprintf("w%d-%d", g, (tx*len(msgs)+i)%keysPerWriter)
+					msgs[i] = &outbox.Message{Topic: "fault", Key: key, Payload: fmt.Appendf(nil, `{"w":%d,"tx":%d}`, g, tx)}
 				}
 				rollback := tx%7 == 3
 				err := s.store.RunInTx(ctx, func(tx pgx.Tx) error {
@@ -216,6 +230,11 @@ func (s *scenario) write(ctx context.Context, total, writers int) error {
 					// The statement may have run and the commit's answer
 					// been lost: either outcome is possible.
 					s.ambiguous = append(s.ambiguous, ids...)
+				}
+				if err == nil || !errors.Is(err, errRollback) && ids[0] != uuid.Nil {
+					for _, m := range msgs {
+						s.keyOf[m.ID] = m.Key
+					}
 				}
 				s.mu.Unlock()
 				if err != nil && !errors.Is(err, errRollback) {
@@ -249,10 +268,17 @@ func (s *scenario) drain(timeout time.Duration) {
 	}
 }
 
-// check verifies the invariants and records the scenario in the report.
+// check verifies the invariants and records the scenario in the report:
+// every committed message delivered, no rolled-back one, duplicates within
+// bound, each key's messages in commit order if the relays ran ordered, and
+// a consumer's inbox applying each delivered message once.
 func (s *scenario) check(faults, bound int) {
 	s.t.Helper()
-	counts := s.delivered()
+	arrivals := s.delivered()
+	counts := make(map[uuid.UUID]int, len(arrivals))
+	for _, id := range arrivals {
+		counts[id]++
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	duplicates := 0
@@ -278,7 +304,12 @@ func (s *scenario) check(faults, bound int) {
 	if extra := len(counts) - known; extra > 0 {
 		s.t.Errorf("%s: %d delivered messages were never written", s.name, extra)
 	}
-	line := fmt.Sprintf("%9d %9d %7d %10d %6d", len(s.committed), len(s.ambiguous), faults, duplicates, bound)
+	order := "-"
+	if s.ordered {
+		order = fmt.Sprintf("%d keys", s.checkKeyOrder(arrivals))
+	}
+	redelivered := s.checkInbox(arrivals)
+	line := fmt.Sprintf("%9d %9d %7d %10d %6d %10s %11d", len(s.committed), len(s.ambiguous), faults, duplicates, bound, order, redelivered)
 	report.Lock()
 	report.lines = append(report.lines, struct{ name, counts string }{s.name, line})
 	report.Unlock()
@@ -291,7 +322,8 @@ func (s *scenario) check(faults, bound int) {
 // TestFaultRelayKilledTenTimes kills relay processes with SIGKILL at random
 // moments, ten times in a 50,000-message run, restarting each.
 func TestFaultRelayKilledTenTimes(t *testing.T) {
-	s := newScenario(t, "relay SIGKILL x10, 50k messages, 2 relays")
+	s := newScenario(t, "relay SIGKILL x10, 50k messages, 2 relays, key order")
+	s.ordered = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	writeDone := make(chan error, 1)
@@ -322,7 +354,8 @@ func TestFaultRelayKilledTenTimes(t *testing.T) {
 // themselves.
 func TestFaultDatabaseRestartedMidRun(t *testing.T) {
 	ctl := pgControl(t)
-	s := newScenario(t, "PostgreSQL restart, 20k messages, 2 relays")
+	s := newScenario(t, "PostgreSQL restart, 20k messages, 2 relays, key order")
+	s.ordered = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	writeDone := make(chan error, 1)

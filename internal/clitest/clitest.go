@@ -154,12 +154,23 @@ func (r *Relay) Exited() bool {
 // not confirmed.
 func Published(t testing.TB, path string) map[uuid.UUID]int {
 	t.Helper()
+	counts := map[uuid.UUID]int{}
+	for _, id := range PublishedInOrder(t, path) {
+		counts[id]++
+	}
+	return counts
+}
+
+// PublishedInOrder returns the message ids of a JSON-lines file written by
+// stdout publishers, in the order of its lines, duplicates included.
+func PublishedInOrder(t testing.TB, path string) []uuid.UUID {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	counts := map[uuid.UUID]int{}
+	var ids []uuid.UUID
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -167,12 +178,12 @@ func Published(t testing.TB, path string) map[uuid.UUID]int {
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 			continue
 		}
-		counts[line.ID]++
+		ids = append(ids, line.ID)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return counts
+	return ids
 }
 
 // Lines counts the complete lines in path.
