@@ -35,7 +35,8 @@ const messageColumns = `id, topic, key, payload, headers, created_at, available_
 func newStatements(n names, orderByKey bool) statements {
 	// In key order, a message is due only as the head of its key: no
 	// earlier message of the key is pending (leased, retrying or scheduled
-	// later). The key index (migration 3) answers that with one probe.
+	// later). The key index (migration 3) answers that with one probe;
+	// its predicate is repeated (e.key <> '') so the planner may use it.
 	// Under READ COMMITTED two relays cannot both pass a key's head: the
 	// head stays pending, hence blocks the next message, until the
 	// transaction that publishes or kills it commits.
@@ -43,7 +44,8 @@ func newStatements(n names, orderByKey bool) statements {
 	if orderByKey {
 		headOfKey = `
 		AND (o.key = '' OR NOT EXISTS (
-			SELECT FROM ` + n.qTable + ` AS e WHERE e.key = o.key AND e.status = 'pending' AND e.id < o.id))`
+			SELECT FROM ` + n.qTable + ` AS e
+			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.id < o.id))`
 	}
 	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey)
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }

@@ -34,12 +34,14 @@ const messageColumns = `id, topic, key, payload, headers, created_at, available_
 func newStatements(s settings) statements {
 	// In key order, a message is due only as the head of its key: no
 	// earlier message of its key is pending (leased, retrying or scheduled
-	// later). The key index (migration 2) answers that with one probe.
+	// later). The key index (migration 2) answers that with one probe;
+	// its predicate is repeated (e.key <> '') so the planner may use it.
 	headOfKey := ""
 	if s.orderByKey {
 		headOfKey = `
 	AND (o.key = '' OR NOT EXISTS (
-		SELECT 1 FROM ` + s.qTable + ` AS e WHERE e.key = o.key AND e.status = 'pending' AND e.id < o.id))`
+		SELECT 1 FROM ` + s.qTable + ` AS e
+			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.id < o.id))`
 	}
 	r := strings.NewReplacer("{t}", s.qTable, "{head_of_key}", headOfKey)
 	sql := func(q string) string { return r.Replace(strings.TrimSpace(q)) }
