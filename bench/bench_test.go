@@ -9,7 +9,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,13 +48,20 @@ func setup(b *testing.B, opts outboxpg.Options) (*pgxpool.Pool, *outboxpg.Store,
 	return pool, store, opts
 }
 
-// fill inserts n pending messages with 256-byte payloads in one statement.
+// fill inserts n pending messages with 256-byte payloads and 64 keys in one
+// statement.
 func fill(b *testing.B, pool *pgxpool.Pool, opts outboxpg.Options, n int) {
+	b.Helper()
+	fillKeys(b, pool, opts, n, 64)
+}
+
+// fillKeys is fill with the given number of keys, spread round robin.
+func fillKeys(b *testing.B, pool *pgxpool.Pool, opts outboxpg.Options, n, keys int) {
 	b.Helper()
 	_, err := pool.Exec(context.Background(), fmt.Sprintf(`
 		INSERT INTO %q.outbox (id, topic, key, payload, created_at)
-		SELECT gen_random_uuid(), 'bench', (g %% 64)::text, convert_to(repeat('x', 256), 'UTF8'), now()
-		FROM generate_series(1, $1) g`, opts.Schema), n)
+		SELECT gen_random_uuid(), 'bench', (g %% $2)::text, convert_to(repeat('x', 256), 'UTF8'), now()
+		FROM generate_series(1, $1) g`, opts.Schema), n, keys)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,47 +77,61 @@ func BenchmarkRelayDrain(b *testing.B) {
 		for _, relays := range []int{1, 2, 4} {
 			b.Run(fmt.Sprintf("batch=%d/relays=%d", batch, relays), func(b *testing.B) {
 				pool, store, opts := setup(b, outboxpg.Options{})
-				var published atomic.Int64
-				noop := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
-					published.Add(int64(len(msgs)))
-					return make([]error, len(msgs))
-				})
-				var elapsed time.Duration
-				for range b.N {
-					b.StopTimer()
-					fill(b, pool, opts, backlog)
-					published.Store(0)
-					b.StartTimer()
-					start := time.Now()
-					ctx, cancel := context.WithCancel(context.Background())
-					done := make(chan struct{}, relays)
-					for range relays {
-						r, err := outbox.NewRelay(store, noop, outbox.Config{BatchSize: batch, Workers: 2, Logger: quietLogger()})
-						if err != nil {
-							b.Fatal(err)
-						}
-						go func() { _ = r.Run(ctx); done <- struct{}{} }()
-					}
-					for {
-						st, err := store.Stats(context.Background())
-						if err != nil {
-							b.Fatal(err)
-						}
-						if st.Pending == 0 {
-							break
-						}
-						time.Sleep(5 * time.Millisecond)
-					}
-					elapsed += time.Since(start)
-					cancel()
-					for range relays {
-						<-done
-					}
-				}
-				b.ReportMetric(float64(backlog*b.N)/elapsed.Seconds(), "msgs/s")
+				drain(b, store, batch, relays, func() { fill(b, pool, opts, backlog) })
 			})
 		}
 	}
+}
+
+// BenchmarkRelayDrainKeyOrder is BenchmarkRelayDrain with claims in key
+// order (Options.OrderByKey), by the number of keys the backlog spreads
+// over: a claim takes at most one message per key.
+func BenchmarkRelayDrainKeyOrder(b *testing.B) {
+	for _, keys := range []int{64, 10000} {
+		for _, batch := range []int{100, 1000} {
+			b.Run(fmt.Sprintf("keys=%d/batch=%d", keys, batch), func(b *testing.B) {
+				pool, _, opts := setup(b, outboxpg.Options{})
+				opts.OrderByKey = true
+				store, err := outboxpg.New(pool, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				drain(b, store, batch, 1, func() { fillKeys(b, pool, opts, backlog, keys) })
+			})
+		}
+	}
+}
+
+// drain runs b.N times: fill a backlog of backlog messages (untimed), then
+// time relays draining it to a no-op publisher; it reports msgs/s.
+func drain(b *testing.B, store outbox.Store, batch, relays int, fill func()) {
+	b.Helper()
+	noop := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
+		return make([]error, len(msgs))
+	})
+	var elapsed time.Duration
+	for range b.N {
+		b.StopTimer()
+		fill()
+		b.StartTimer()
+		start := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{}, relays)
+		for range relays {
+			r, err := outbox.NewRelay(store, noop, outbox.Config{BatchSize: batch, Workers: 2, Logger: quietLogger()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() { _ = r.Run(ctx); done <- struct{}{} }()
+		}
+		waitDrained(b, store.(outbox.Admin))
+		elapsed += time.Since(start)
+		cancel()
+		for range relays {
+			<-done
+		}
+	}
+	b.ReportMetric(float64(backlog*b.N)/elapsed.Seconds(), "msgs/s")
 }
 
 // BenchmarkRawDeleteCeiling is the SQL ceiling the relay is measured
