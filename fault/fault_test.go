@@ -5,7 +5,9 @@
 // restarted under relays publishing to them, stalled connections to the
 // database and to the brokers. Every scenario ends with the same invariant
 // check: every committed message delivered, no rolled-back message delivered,
-// duplicates only from batches in flight at a fault, counted and bounded. Run
+// duplicates only from batches in flight at a fault, counted and bounded,
+// each key's messages in commit order where the relays run --order-by-key,
+// and a consumer's inbox applying each delivered message once. Run
 // it with scripts/fault (it needs a PostgreSQL it may stop: TEST_PG_CTL,
 // TEST_PGDATA, TEST_PG_RUNAS; and a RabbitMQ it may stop: TEST_AMQP_URL,
 // TEST_RABBITMQ_CTL). broker_test.go holds the broker scenarios.

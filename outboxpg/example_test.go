@@ -98,8 +98,9 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxpg.DirectionDown))
 	// Output:
-	// -- 003_key_order_index.down.sql
+	// -- 003_key_order.down.sql
 	// DROP INDEX "billing"."outbox_key_idx";
+	// ALTER TABLE "billing"."outbox" DROP COLUMN seq;
 	// -- 002_lease_column.down.sql
 	// -- Leases go back into available_at, where version 1 keeps them.
 	// UPDATE "billing"."outbox" SET available_at = locked_until

@@ -3,6 +3,7 @@ package outboxpg
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,14 +31,15 @@ type InboxOptions struct {
 // outbox.Inbox: processed_messages(consumer, message_id, processed_at), one
 // row per consumer and message. It is safe for concurrent use.
 type InboxTable struct {
-	pool *pgxpool.Pool
-	name string
+	pool    *pgxpool.Pool
+	name    string // schema.table, unquoted
+	schema  string // validated, unquoted
+	qSchema string // quoted
 
-	create   string
-	mark     string // $1 consumer, $2 id
-	purge    string // $1 before, $2 limit
-	lockKey  int64
-	lockStmt string
+	create  string // the table and its index
+	mark    string // $1 consumer, $2 id
+	purge   string // $1 before, $2 limit
+	lockKey int64  // taken by PurgeProcessed
 }
 
 var _ outbox.InboxStore[pgx.Tx] = (*InboxTable)(nil)
@@ -69,19 +71,19 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 		// makes an INSERT wait for a concurrent transaction that inserted
 		// the same row: a duplicate delivered while the first is still
 		// being handled waits, then is skipped.
-		create: `CREATE SCHEMA IF NOT EXISTS ` + quoteIdent(schema) + `;
-CREATE TABLE IF NOT EXISTS ` + q + ` (
+		create: `CREATE TABLE IF NOT EXISTS ` + q + ` (
 	consumer     text        NOT NULL,
 	message_id   uuid        NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (consumer, message_id)
 );
 CREATE INDEX IF NOT EXISTS ` + quoteIdent(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);`,
-		mark: `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		schema:  schema,
+		qSchema: quoteIdent(schema),
+		mark:    `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 		purge: `DELETE FROM ` + q + ` WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2)`,
-		lockKey:  lockKey("outboxpg inbox purge " + schema + "." + table),
-		lockStmt: `SELECT pg_try_advisory_xact_lock($1)`,
+		lockKey: lockKey("outboxpg inbox purge " + schema + "." + table),
 	}, nil
 }
 
@@ -89,8 +91,31 @@ CREATE INDEX IF NOT EXISTS ` + quoteIdent(table+"_processed_at_idx") + ` ON ` + 
 func (t *InboxTable) Name() string { return t.name }
 
 // Migrate creates the schema, the table and its index if they do not exist.
+// Concurrent callers (consumers starting together) take turns on an
+// advisory lock; an existing schema needs no CREATE privilege on the
+// database.
 func (t *InboxTable) Migrate(ctx context.Context) error {
-	if _, err := t.pool.Exec(ctx, t.create); err != nil {
+	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("outboxpg inbox migrate")); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, t.schema).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA `+t.qSchema); err != nil {
+				return err
+			}
+		}
+		for stmt := range strings.SplitSeq(t.create, ";\n") {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("outboxpg: create inbox table %s: %w", t.name, err)
 	}
 	return nil
@@ -124,7 +149,7 @@ func (t *InboxTable) PurgeProcessed(ctx context.Context, before time.Time, limit
 	}
 	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
 		var locked bool
-		if err := tx.QueryRow(ctx, t.lockStmt, t.lockKey).Scan(&locked); err != nil || !locked {
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, t.lockKey).Scan(&locked); err != nil || !locked {
 			return err
 		}
 		tag, err := tx.Exec(ctx, t.purge, before, limit)

@@ -38,13 +38,15 @@ type Options struct {
 	// or when the polling interval is short enough. Default false.
 	Notify bool
 	// OrderByKey makes the Store's claims keep the order of messages that
-	// share a non-empty Key: a message is claimed only when no earlier (lower
-	// id) message of its key is still pending, so a key's messages are
-	// published one after the other in id order, and a message that fails
-	// and waits for its retry holds back only the rest of its key. Messages
-	// without a key are claimed as usual. Set it on the Store of every relay
-	// of the table: a relay without it claims regardless of keys. A dead
-	// message no longer holds its key back. Default false.
+	// share a non-empty Key: a message is claimed only when no message of
+	// its key inserted before it (by the seq column, drawn at INSERT) is
+	// still pending, so a key's messages are published one after the other
+	// in insert order, and a message that waits for its retry holds back
+	// only the rest of its key. Insert order is commit order when the
+	// writes of a key are serialized (by a lock on the aggregate's row).
+	// Messages without a key are claimed as usual. Set it on the Store of
+	// every relay of the table: a relay without it claims regardless of
+	// keys. A dead message no longer holds its key back. Default false.
 	OrderByKey bool
 	// PollOnly turns ListenForWrites off: it returns an error at once and the
 	// relay only polls. Use it when writers never notify, to save the

@@ -34,18 +34,19 @@ const messageColumns = `id, topic, key, payload, headers, created_at, available_
 
 func newStatements(n names, orderByKey bool) statements {
 	// In key order, a message is due only as the head of its key: no
-	// earlier message of the key is pending (leased, retrying or scheduled
-	// later). The key index (migration 3) answers that with one probe;
-	// its predicate is repeated (e.key <> '') so the planner may use it.
-	// Under READ COMMITTED two relays cannot both pass a key's head: the
-	// head stays pending, hence blocks the next message, until the
-	// transaction that publishes or kills it commits.
+	// earlier message of the key (by seq, the insert order, see migration
+	// 3) is pending, whether leased, retrying or scheduled later. The key
+	// index answers that with one probe; its predicate is repeated
+	// (e.key <> '') so the planner may use it. Under READ COMMITTED two
+	// relays cannot both pass a key's head: the head stays pending, hence
+	// blocks the next message, until the transaction that publishes or
+	// kills it commits.
 	headOfKey := ""
 	if orderByKey {
 		headOfKey = `
 		AND (o.key = '' OR NOT EXISTS (
 			SELECT FROM ` + n.qTable + ` AS e
-			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.id < o.id))`
+			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.seq < o.seq))`
 	}
 	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey)
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
@@ -139,7 +140,7 @@ SELECT CASE
 			AND (locked_until IS NULL OR locked_until <= now()){head_of_key}
 	) THEN 0
 	ELSE ceil(EXTRACT(EPOCH FROM LEAST(
-		(SELECT min(locked_until) FROM {t} WHERE status = 'pending' AND available_at <= now()),
+		(SELECT min(locked_until) FROM {t} WHERE status = 'pending' AND available_at <= now() AND locked_until > now()),
 		(SELECT min(available_at) FROM {t} WHERE status = 'pending' AND available_at > now())
 	) - now()) * 1000000)::bigint
 END`),

@@ -78,7 +78,7 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxsqlite.DirectionDown))
 	// Output:
-	// -- 002_key_order_index.down.sql
+	// -- 002_key_order.down.sql
 	// DROP INDEX "outbox_key_idx";
 	// -- 001_create_outbox.down.sql
 	// -- Drops the outbox table, its indexes and every message in it.

@@ -41,9 +41,10 @@ type Options struct {
 	// Set it where the table is created (`outbox migrate up` does).
 	CreateIfMissing bool
 	// OrderByKey makes the Store's claims keep the order of messages that
-	// share a non-empty Key: a message is claimed only when no earlier (lower
-	// id) message of its key is still pending, so a key's messages are
-	// published one after the other in id order, and a message waiting for
+	// share a non-empty Key: a message is claimed only when no message of
+	// its key inserted before it (by rowid; SQLite commits one transaction
+	// at a time, so that is commit order) is still pending, so a key's
+	// messages are published one after the other, and a message waiting for
 	// its retry holds back only the rest of its key. Messages without a key
 	// are claimed as usual. Set it on the Store of every relay of the table.
 	// A dead message no longer holds its key back. Default false.

@@ -33,15 +33,18 @@ const messageColumns = `id, topic, key, payload, headers, created_at, available_
 
 func newStatements(s settings) statements {
 	// In key order, a message is due only as the head of its key: no
-	// earlier message of its key is pending (leased, retrying or scheduled
-	// later). The key index (migration 2) answers that with one probe;
-	// its predicate is repeated (e.key <> '') so the planner may use it.
+	// earlier message of its key (by rowid, the insert order, see
+	// migration 2) is pending, whether leased, retrying or scheduled later.
+	// The key index answers that with one probe; its predicate is repeated
+	// (e.key <> '') so the planner may use it. (VACUUM may renumber the
+	// rowids of a table without an INTEGER PRIMARY KEY, but keeps their
+	// order.)
 	headOfKey := ""
 	if s.orderByKey {
 		headOfKey = `
 	AND (o.key = '' OR NOT EXISTS (
 		SELECT 1 FROM ` + s.qTable + ` AS e
-			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.id < o.id))`
+			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.rowid < o.rowid))`
 	}
 	r := strings.NewReplacer("{t}", s.qTable, "{head_of_key}", headOfKey)
 	sql := func(q string) string { return r.Replace(strings.TrimSpace(q)) }

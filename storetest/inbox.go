@@ -41,6 +41,7 @@ func RunInbox[TTx any](t *testing.T, newHarness func(t *testing.T) InboxHarness[
 		{"a message is applied once however often it is handled", testInboxOnce[TTx]},
 		{"a failing handler records nothing and the message is applied on its next delivery", testInboxFailingHandler[TTx]},
 		{"concurrent deliveries of one message apply it once", testInboxConcurrentDuplicates[TTx]},
+		{"a delivery that arrives while the first fails applies the message", testInboxDuplicateAfterFailedFirst[TTx]},
 		{"each consumer applies a message once", testInboxConsumers[TTx]},
 		{"purge deletes old records in bounded batches", testInboxPurge[TTx]},
 	}
@@ -158,6 +159,46 @@ func testInboxConcurrentDuplicates[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		}
 		wantEffects(t, h, id, 1)
 	}
+}
+
+func testInboxDuplicateAfterFailedFirst[TTx any](t *testing.T, h InboxHarness[TTx]) {
+	in := newInbox(t, h, "billing")
+	id := uuid.Must(uuid.NewV7())
+	errFirst := errors.New("first delivery fails")
+	started, fail := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := in.Handle(t.Context(), id, func(ctx context.Context, tx TTx) error {
+			if err := h.Effect(ctx, tx, id); err != nil {
+				return err
+			}
+			close(started)
+			<-fail
+			return errFirst
+		})
+		first <- err
+	}()
+	<-started
+	type result struct {
+		applied bool
+		err     error
+	}
+	second := make(chan result, 1)
+	go func() {
+		applied, err := in.Handle(t.Context(), id, func(ctx context.Context, tx TTx) error { return h.Effect(ctx, tx, id) })
+		second <- result{applied, err}
+	}()
+	// Let the second delivery reach the record the first one holds (it
+	// waits there); if it gets there later, what follows holds the same.
+	time.Sleep(20 * time.Millisecond)
+	close(fail)
+	if err := <-first; !errors.Is(err, errFirst) {
+		t.Fatalf("first delivery: %v; want its handler's error", err)
+	}
+	if r := <-second; r.err != nil || !r.applied {
+		t.Fatalf("second delivery of message %s after the first failed: applied %v, %v; want applied", id, r.applied, r.err)
+	}
+	wantEffects(t, h, id, 1)
 }
 
 func testInboxConsumers[TTx any](t *testing.T, h InboxHarness[TTx]) {

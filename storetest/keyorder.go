@@ -14,8 +14,9 @@ import (
 
 // keyOrderCases need Harness.KeyOrdered.
 var keyOrderCases = []testCase{
-	{"in key order a claim takes only the head of each key, and the next message after the head is settled", testKeyOrderHeads},
+	{"in key order a claim takes only the head of each key; released, published, kept or dead, the head lets the next go", testKeyOrderHeads},
 	{"in key order a retrying head holds back its key only, and next due waits for it", testKeyOrderRetryHoldsBackItsKey},
+	{"in key order a head scheduled later holds back its key", testKeyOrderScheduledHeadHoldsBackItsKey},
 	{"in key order concurrent claimers publish every key's messages in id order", testKeyOrderConcurrentClaimers},
 }
 
@@ -44,18 +45,38 @@ func (s *suite) orderedClaim(t *testing.T, want ...uuid.UUID) uuid.UUID {
 }
 
 func testKeyOrderHeads(t *testing.T, s *suite) {
-	m := keyed("a", "a", "b", "", "", "a")
-	a1, a2, b1, free1, free2, a3 := m[0], m[1], m[2], m[3], m[4], m[5]
+	m := keyed("a", "a", "b", "", "", "a", "a")
+	a1, a2, b1, free1, free2, a3, a4 := m[0], m[1], m[2], m[3], m[4], m[5], m[6]
 	s.write(t, m...)
 
 	token := s.orderedClaim(t, a1.ID, b1.ID, free1.ID, free2.ID)
 	// a1 is leased, not settled: a2 stays behind it.
 	s.orderedClaim(t)
-	s.exchange(t, outbox.Settlement{Token: token, Published: []uuid.UUID{a1.ID, b1.ID, free1.ID, free2.ID}}, outbox.Claim{})
+	// A released head is the head again.
+	if err := s.h.KeyOrdered.Release(t.Context(), token, []uuid.UUID{a1.ID}); err != nil {
+		t.Fatalf("release a1: %v", err)
+	}
+	a1Token := s.orderedClaim(t, a1.ID)
+	s.exchange(t, outbox.Settlement{Token: token, Published: []uuid.UUID{b1.ID, free1.ID, free2.ID}}, outbox.Claim{})
+	// A published message kept for retention no longer holds its key back.
+	s.exchange(t, outbox.Settlement{Token: a1Token, Published: []uuid.UUID{a1.ID}, KeepPublished: true}, outbox.Claim{})
 	token = s.orderedClaim(t, a2.ID)
-	// A dead message no longer holds its key back.
+	// Nor does a dead one.
 	s.exchange(t, outbox.Settlement{Token: token, Dead: []outbox.Failure{{ID: a2.ID, Error: "rejected"}}}, outbox.Claim{})
-	s.orderedClaim(t, a3.ID)
+	token = s.orderedClaim(t, a3.ID)
+	s.exchange(t, outbox.Settlement{Token: token, Published: []uuid.UUID{a3.ID}}, outbox.Claim{})
+	s.orderedClaim(t, a4.ID)
+}
+
+func testKeyOrderScheduledHeadHoldsBackItsKey(t *testing.T, s *suite) {
+	head := newScheduled(s.now(t).Add(time.Hour))
+	head.Key = "c"
+	next := keyed("c")[0]
+	other := keyed("d")[0]
+	s.write(t, head)
+	s.write(t, next, other)
+	// next is due, but the message before it is scheduled an hour later.
+	s.orderedClaim(t, other.ID)
 }
 
 func testKeyOrderRetryHoldsBackItsKey(t *testing.T, s *suite) {
@@ -64,7 +85,8 @@ func testKeyOrderRetryHoldsBackItsKey(t *testing.T, s *suite) {
 	s.write(t, m...)
 	token := s.orderedClaim(t, a1.ID, b1.ID)
 
-	const delay = 300 * time.Millisecond
+	// Long enough that NextDue below runs well within it on a slow machine.
+	const delay = 2 * time.Second
 	settle := outbox.Settlement{Token: token, Published: []uuid.UUID{b1.ID}, Retry: []outbox.Retry{{ID: a1.ID, Delay: delay, Error: "broker busy"}}}
 	s.exchange(t, settle, outbox.Claim{})
 	b2 := keyed("b")[0]
@@ -126,6 +148,7 @@ func testKeyOrderConcurrentClaimers(t *testing.T, s *suite) {
 	var (
 		mu        sync.Mutex
 		published = map[string][]uuid.UUID{}
+		inFlight  = map[string]uuid.UUID{} // key -> the message of it a claimer holds
 		done      int
 		failures  = make(chan string, claimers)
 		wg        sync.WaitGroup
@@ -150,6 +173,14 @@ func testKeyOrderConcurrentClaimers(t *testing.T, s *suite) {
 				settle = outbox.Settlement{Token: token}
 				mu.Lock()
 				for _, m := range got {
+					if other, busy := inFlight[m.Key]; busy {
+						mu.Unlock()
+						failures <- fmt.Sprintf("claimer %d got message %s of key %s while message %s of the key was in flight", c, m.ID, m.Key, other)
+						return
+					}
+					inFlight[m.Key] = m.ID
+				}
+				for _, m := range got {
 					if retryOnce[m.ID] {
 						delete(retryOnce, m.ID)
 						settle.Retry = append(settle.Retry, outbox.Retry{ID: m.ID, Error: "first attempt fails"})
@@ -163,6 +194,15 @@ func testKeyOrderConcurrentClaimers(t *testing.T, s *suite) {
 				if len(got) == 0 {
 					time.Sleep(time.Millisecond)
 				}
+				// Publishing ends: the keys are free once the settlement
+				// is recorded, by the next exchange. Clearing them just
+				// before it is safe, since a claim cannot run in between
+				// that returns them (their messages are still pending).
+				mu.Lock()
+				for _, m := range got {
+					delete(inFlight, m.Key)
+				}
+				mu.Unlock()
 			}
 			if _, err := s.h.KeyOrdered.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
 				failures <- fmt.Sprintf("claimer %d: final settlement: %v", c, err)

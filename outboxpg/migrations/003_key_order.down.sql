@@ -1,1 +1,2 @@
 DROP INDEX {{schema}}.{{name:key_idx}};
+ALTER TABLE {{table}} DROP COLUMN seq;
