@@ -173,49 +173,23 @@ func testConcurrentClaimers(t *testing.T, s *suite) {
 	}
 
 	var (
-		claimed  atomic.Int64
-		mu       sync.Mutex
-		seen     = map[uuid.UUID]int{} // id -> claimer
-		failures = make(chan string, claimers)
-		wg       sync.WaitGroup
+		claimed atomic.Int64
+		mu      sync.Mutex
+		seen    = map[uuid.UUID]int{} // id -> claimer
 	)
-	deadline := time.Now().Add(60 * time.Second)
-	for c := range claimers {
-		wg.Go(func() {
-			var settle outbox.Settlement
-			for claimed.Load() < total && time.Now().Before(deadline) {
-				token := uuid.New()
-				got, err := s.h.Store.Exchange(t.Context(), settle, outbox.Claim{Limit: batch, Lease: longLease, Token: token})
-				if err != nil {
-					failures <- fmt.Sprintf("claimer %d: %v", c, err)
-					return
-				}
-				settle = outbox.Settlement{Token: token, Published: ids(got)}
-				mu.Lock()
-				for _, m := range got {
-					if other, dup := seen[m.ID]; dup {
-						mu.Unlock()
-						failures <- fmt.Sprintf("message %s was claimed twice, by claimers %d and %d", m.ID, other, c)
-						return
-					}
-					seen[m.ID] = c
-				}
-				mu.Unlock()
-				claimed.Add(int64(len(got)))
-				if len(got) == 0 {
-					time.Sleep(time.Millisecond) // the rest is leased to others for now
-				}
+	done := func() bool { return claimed.Load() >= total }
+	runClaimers(t, s.h.Store, claimers, batch, done, func(c int, token uuid.UUID, got []outbox.Message) (outbox.Settlement, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range got {
+			if other, dup := seen[m.ID]; dup {
+				return outbox.Settlement{}, fmt.Sprintf("message %s was claimed twice, by claimers %d and %d", m.ID, other, c)
 			}
-			if _, err := s.h.Store.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
-				failures <- fmt.Sprintf("claimer %d: final settlement: %v", c, err)
-			}
-		})
-	}
-	wg.Wait()
-	close(failures)
-	for f := range failures {
-		t.Error(f)
-	}
+			seen[m.ID] = c
+		}
+		claimed.Add(int64(len(got)))
+		return outbox.Settlement{Token: token, Published: ids(got)}, ""
+	})
 	if t.Failed() {
 		return
 	}

@@ -149,71 +149,46 @@ func testKeyOrderConcurrentClaimers(t *testing.T, s *suite) {
 		mu        sync.Mutex
 		published = map[string][]uuid.UUID{}
 		inFlight  = map[string]uuid.UUID{} // key -> the message of it a claimer holds
-		done      int
-		failures  = make(chan string, claimers)
-		wg        sync.WaitGroup
+		count     int
 	)
-	deadline := time.Now().Add(60 * time.Second)
-	for c := range claimers {
-		wg.Go(func() {
-			var settle outbox.Settlement
-			for time.Now().Before(deadline) {
-				mu.Lock()
-				finished := done == len(all)
-				mu.Unlock()
-				if finished {
-					break
-				}
-				token := uuid.New()
-				got, err := s.h.KeyOrdered.Exchange(t.Context(), settle, outbox.Claim{Limit: batch, Lease: longLease, Token: token})
-				if err != nil {
-					failures <- fmt.Sprintf("claimer %d: %v", c, err)
-					return
-				}
-				settle = outbox.Settlement{Token: token}
-				mu.Lock()
-				for _, m := range got {
-					if other, busy := inFlight[m.Key]; busy {
-						mu.Unlock()
-						failures <- fmt.Sprintf("claimer %d got message %s of key %s while message %s of the key was in flight", c, m.ID, m.Key, other)
-						return
-					}
-					inFlight[m.Key] = m.ID
-				}
-				for _, m := range got {
-					if retryOnce[m.ID] {
-						delete(retryOnce, m.ID)
-						settle.Retry = append(settle.Retry, outbox.Retry{ID: m.ID, Error: "first attempt fails"})
-						continue
-					}
-					published[m.Key] = append(published[m.Key], m.ID)
-					settle.Published = append(settle.Published, m.ID)
-					done++
-				}
-				mu.Unlock()
-				if len(got) == 0 {
-					time.Sleep(time.Millisecond)
-				}
-				// Publishing ends: the keys are free once the settlement
-				// is recorded, by the next exchange. Clearing them just
-				// before it is safe, since a claim cannot run in between
-				// that returns them (their messages are still pending).
-				mu.Lock()
-				for _, m := range got {
-					delete(inFlight, m.Key)
-				}
-				mu.Unlock()
-			}
-			if _, err := s.h.KeyOrdered.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
-				failures <- fmt.Sprintf("claimer %d: final settlement: %v", c, err)
-			}
-		})
+	done := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return count == len(all)
 	}
-	wg.Wait()
-	close(failures)
-	for f := range failures {
-		t.Error(f)
-	}
+	runClaimers(t, s.h.KeyOrdered, claimers, batch, done, func(c int, token uuid.UUID, got []outbox.Message) (outbox.Settlement, string) {
+		mu.Lock()
+		for _, m := range got {
+			if other, busy := inFlight[m.Key]; busy {
+				mu.Unlock()
+				return outbox.Settlement{}, fmt.Sprintf("claimer %d got message %s of key %s while message %s of the key was in flight", c, m.ID, m.Key, other)
+			}
+			inFlight[m.Key] = m.ID
+		}
+		settle := outbox.Settlement{Token: token}
+		for _, m := range got {
+			if retryOnce[m.ID] {
+				delete(retryOnce, m.ID)
+				settle.Retry = append(settle.Retry, outbox.Retry{ID: m.ID, Error: "first attempt fails"})
+				continue
+			}
+			published[m.Key] = append(published[m.Key], m.ID)
+			settle.Published = append(settle.Published, m.ID)
+			count++
+		}
+		mu.Unlock()
+		// "Publishing" takes a moment, in which other claimers claim.
+		time.Sleep(time.Millisecond)
+		// The keys are free once the settlement is recorded, by the next
+		// exchange. Clearing them just before it is safe: until then
+		// their messages stay pending, so no claim can return them.
+		mu.Lock()
+		for _, m := range got {
+			delete(inFlight, m.Key)
+		}
+		mu.Unlock()
+		return settle, ""
+	})
 	byKey := map[string][]uuid.UUID{}
 	for _, m := range all {
 		byKey[m.Key] = append(byKey[m.Key], m.ID)

@@ -21,7 +21,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -277,4 +279,49 @@ func sortedIDs(in []uuid.UUID) []uuid.UUID {
 // store may truncate.
 func within(got, lo, hi time.Time) bool {
 	return !got.Before(lo.Add(-time.Microsecond)) && !got.After(hi.Add(time.Microsecond))
+}
+
+// runClaimers runs claimers goroutines against store until done reports
+// true (or a minute passes). Each loops: one Exchange that records its
+// previous settlement and claims up to batch messages, then handle, which
+// returns the settlement of what it claimed, or a failure (a broken
+// invariant) that stops that claimer. Each records its last settlement
+// before it returns. The failures are reported with t.Error.
+func runClaimers(t *testing.T, store outbox.Store, claimers, batch int, done func() bool,
+	handle func(claimer int, token uuid.UUID, got []outbox.Message) (outbox.Settlement, string)) {
+	t.Helper()
+	var (
+		failures = make(chan string, claimers)
+		wg       sync.WaitGroup
+	)
+	deadline := time.Now().Add(60 * time.Second)
+	for c := range claimers {
+		wg.Go(func() {
+			var settle outbox.Settlement
+			for !done() && time.Now().Before(deadline) {
+				token := uuid.New()
+				got, err := store.Exchange(t.Context(), settle, outbox.Claim{Limit: batch, Lease: longLease, Token: token})
+				if err != nil {
+					failures <- fmt.Sprintf("claimer %d: %v", c, err)
+					return
+				}
+				var failure string
+				if settle, failure = handle(c, token, got); failure != "" {
+					failures <- failure
+					return
+				}
+				if len(got) == 0 {
+					time.Sleep(time.Millisecond) // the rest is leased to others for now
+				}
+			}
+			if _, err := store.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
+				failures <- fmt.Sprintf("claimer %d: final settlement: %v", c, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(failures)
+	for f := range failures {
+		t.Error(f)
+	}
 }
