@@ -1,6 +1,9 @@
 package outboxpg
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // statements holds every SQL text of a table, built once from validated names.
 // The pgx Store and the database/sql SQLWriter share it, so both write rows the
@@ -29,6 +32,10 @@ type statements struct {
 	discardDead string // $1 ids
 }
 
+// keyWalkLimit bounds how many keys a claim in key order visits to find
+// their heads.
+const keyWalkLimit = 1024
+
 // messageColumns are scanned by scanMessage, in this order.
 const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
 
@@ -50,6 +57,57 @@ func newStatements(n names, orderByKey bool) statements {
 	}
 	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey)
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
+
+	// The claim's candidates: the due rows at the head of the pending
+	// index, and in key order also the head of every key.
+	claimSQL := func(orderByKey bool) string {
+		candidates := `
+	SELECT ctid FROM {t} AS o
+	WHERE status = 'pending' AND available_at <= now()
+		AND (locked_until IS NULL OR locked_until <= now()){head_of_key}`
+		with := "WITH"
+		if orderByKey {
+			// Scanning the pending index in due order would read past
+			// every message held back behind its key's head: with few
+			// keys and a deep backlog, nearly the whole table per claim.
+			// So the candidates are the first due rows (at most 100:
+			// messages without a key, and the heads among them) plus the
+			// head of each key, found by walking the key index from key
+			// to key (a loose index scan: two probes per key), for at
+			// most keyWalkLimit keys in key order. Keys beyond that are
+			// reached as the front of the queue moves. Measured on a
+			// backlog of 50,000 (BenchmarkRelayDrainKeyOrder): 64 keys
+			// drain at 150 msgs/s by the plain scan, 13-15k by this.
+			with = `WITH RECURSIVE walk (key, n) AS (
+	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
+	UNION ALL
+	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
+	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < ` + strconv.Itoa(keyWalkLimit) + `
+), candidate AS (
+	SELECT (SELECT e.ctid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.seq LIMIT 1) AS ctid
+	FROM walk AS w WHERE w.key IS NOT NULL
+	UNION
+	(SELECT ctid FROM {t} WHERE status = 'pending' AND available_at <= now()
+		AND (locked_until IS NULL OR locked_until <= now())
+	ORDER BY available_at, id
+	LIMIT least($3, 100))
+),`
+			candidates = `
+	SELECT ctid FROM {t} AS o
+	WHERE ctid = ANY(ARRAY(SELECT ctid FROM candidate))
+		AND status = 'pending' AND available_at <= now()
+		AND (locked_until IS NULL OR locked_until <= now()){head_of_key}`
+		}
+		return with + ` c AS MATERIALIZED (` + candidates + `
+	ORDER BY available_at, id
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE {t} AS t
+SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
+WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM c))
+RETURNING ` + messageColumns
+	}
 
 	insert := `
 INSERT INTO {t} (id, topic, key, payload, headers, created_at, available_at)
@@ -111,19 +169,7 @@ WHERE t.id = d.id AND t.lease_token = $3`),
 		// the statement began (a release, say), the TID scan does not see it
 		// and skips the row: the batch is one short and the row stays free
 		// for the next claim. RETURNING has no order: the caller sorts.
-		claim: sql(`
-WITH c AS MATERIALIZED (
-	SELECT ctid FROM {t} AS o
-	WHERE status = 'pending' AND available_at <= now()
-		AND (locked_until IS NULL OR locked_until <= now()){head_of_key}
-	ORDER BY available_at, id
-	LIMIT $3
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE {t} AS t
-SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
-WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM c))
-RETURNING ` + messageColumns),
+		claim: sql(claimSQL(orderByKey)),
 		release: sql(`
 UPDATE {t} SET locked_until = NULL, lease_token = NULL
 WHERE id = ANY($1::uuid[]) AND lease_token = $2 AND status = 'pending'`),
