@@ -35,18 +35,19 @@ func sqliteSetup(b *testing.B) *outboxsqlite.Store {
 	return store
 }
 
-// sqliteFill inserts n pending messages with 256-byte payloads and 64 keys
-// in one statement. Ids are random version-4 UUIDs in canonical text form.
-func sqliteFill(b *testing.B, db *sql.DB, n int) {
+// sqliteFill inserts n pending messages with 256-byte payloads and keys
+// keys (round robin) in one statement. Ids are random version-4 UUIDs in
+// canonical text form.
+func sqliteFill(b *testing.B, db *sql.DB, n, keys int) {
 	b.Helper()
 	_, err := db.Exec(`
 WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?1)
 INSERT INTO outbox (id, topic, key, payload, created_at, available_at)
 SELECT lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob(2)), 2) || '-a' ||
 		substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6))),
-	'bench', CAST(n % 64 AS TEXT), CAST(zeroblob(256) AS BLOB),
+	'bench', CAST(n % ?2 AS TEXT), CAST(zeroblob(256) AS BLOB),
 	CAST(unixepoch('subsec') * 1000000 AS INTEGER), CAST(unixepoch('subsec') * 1000000 AS INTEGER)
-FROM g`, n)
+FROM g`, n, keys)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +61,24 @@ func BenchmarkSQLiteRelayDrain(b *testing.B) {
 		for _, relays := range []int{1, 2} {
 			b.Run(fmt.Sprintf("batch=%d/relays=%d", batch, relays), func(b *testing.B) {
 				store := sqliteSetup(b)
-				drain(b, store, batch, relays, func() { sqliteFill(b, store.DB(), backlog) })
+				drain(b, store, batch, relays, func() { sqliteFill(b, store.DB(), backlog, 64) })
+			})
+		}
+	}
+}
+
+// BenchmarkSQLiteRelayDrainKeyOrder is BenchmarkSQLiteRelayDrain with claims
+// in key order, by the number of keys the backlog spreads over.
+func BenchmarkSQLiteRelayDrainKeyOrder(b *testing.B) {
+	for _, keys := range []int{64, 10000} {
+		for _, batch := range []int{100, 1000} {
+			b.Run(fmt.Sprintf("keys=%d/batch=%d", keys, batch), func(b *testing.B) {
+				store := sqliteSetup(b)
+				ordered, err := outboxsqlite.New(store.DB(), outboxsqlite.Options{OrderByKey: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				drain(b, ordered, batch, 1, func() { sqliteFill(b, store.DB(), backlog, keys) })
 			})
 		}
 	}

@@ -1,6 +1,9 @@
 package outboxsqlite
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // statements holds every SQL text of a table, built once from validated
 // names. Lists of ids travel as one JSON array parameter, read back with
@@ -28,6 +31,10 @@ type statements struct {
 	discardDead string // ?1 ids
 }
 
+// keyWalkLimit bounds how many keys a claim in key order visits to find
+// their heads.
+const keyWalkLimit = 1024
+
 // messageColumns are scanned by scanMessage, in this order.
 const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
 
@@ -48,6 +55,38 @@ func newStatements(s settings) statements {
 	}
 	r := strings.NewReplacer("{t}", s.qTable, "{head_of_key}", headOfKey)
 	sql := func(q string) string { return r.Replace(strings.TrimSpace(q)) }
+
+	claimSelect := `
+SELECT ` + messageColumns + ` FROM {t} AS o
+WHERE status = 'pending' AND available_at <= ?1{head_of_key}
+ORDER BY available_at, id
+LIMIT ?2`
+	if s.orderByKey {
+		// Scanning the pending index in due order would read past every
+		// message held back behind its key's head. So the candidates are
+		// the first due rows (at most 100: messages without a key, and the
+		// heads among them) plus the head of each key, found by walking
+		// the key index from key to key, for at most keyWalkLimit keys, as
+		// outboxpg does.
+		claimSelect = `
+WITH RECURSIVE walk (key, n) AS (
+	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
+	UNION ALL
+	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
+	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < ` + strconv.Itoa(keyWalkLimit) + `
+), candidate (rid) AS (
+	SELECT (SELECT e.rowid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.rowid LIMIT 1)
+	FROM walk AS w WHERE w.key IS NOT NULL
+	UNION
+	SELECT rid FROM (
+		SELECT rowid AS rid FROM {t} WHERE status = 'pending' AND available_at <= ?1
+		ORDER BY available_at, id LIMIT min(?2, 100))
+)
+SELECT ` + messageColumns + ` FROM {t} AS o
+WHERE o.rowid IN (SELECT rid FROM candidate) AND status = 'pending' AND available_at <= ?1{head_of_key}
+ORDER BY available_at, id
+LIMIT ?2`
+	}
 
 	return statements{
 		insertPrefix: sql(`INSERT INTO {t} (id, topic, key, payload, headers, created_at, available_at) VALUES `),
@@ -76,11 +115,7 @@ WHERE t.id = d.id AND t.lease_token = ?1`),
 		// without any clean-up. The claim reads the rows first, to return
 		// the due time they were claimed at, then leases exactly those ids;
 		// both run under the write lock, so nothing changes in between.
-		claimSelect: sql(`
-SELECT ` + messageColumns + ` FROM {t} AS o
-WHERE status = 'pending' AND available_at <= ?1{head_of_key}
-ORDER BY available_at, id
-LIMIT ?2`),
+		claimSelect: sql(claimSelect),
 		claimUpdate: sql(`
 UPDATE {t} SET available_at = ?1, lease_token = ?2
 WHERE status = 'pending' AND id IN (SELECT value FROM json_each(?3))`),
