@@ -79,8 +79,13 @@ func relayHarness(t *testing.T, opts outboxpg.Options) (relaytest.Harness, *pgxp
 	if err != nil {
 		t.Fatal(err)
 	}
+	ordered, err := outboxpg.New(pool, outboxpg.Options{Schema: opts.Schema, Table: opts.Table, OrderByKey: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return relaytest.Harness{
-		Store: store,
+		Store:      store,
+		KeyOrdered: ordered,
 		Write: func(ctx context.Context, commit bool, msgs ...*outbox.Message) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {

@@ -23,8 +23,15 @@ func relayHarness(t *testing.T, opts outboxsqlite.Options) (relaytest.Harness, *
 	}
 	store := openMigrated(t, dbPath(t), opts, log)
 	w := newWriter(t, store)
+	orderedOpts := opts
+	orderedOpts.OrderByKey = true
+	ordered, err := outboxsqlite.New(store.DB(), orderedOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return relaytest.Harness{
-		Store: store,
+		Store:      store,
+		KeyOrdered: ordered,
 		Write: func(ctx context.Context, commit bool, msgs ...*outbox.Message) error {
 			err := store.RunInTx(ctx, func(tx *sql.Tx) error {
 				if err := w.Write(ctx, tx, msgs...); err != nil {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,10 @@ import (
 type Harness struct {
 	// Store is the table's store; it must implement outbox.Admin too.
 	Store outbox.Store
+	// KeyOrdered is the same table through a store that claims in key
+	// order (outboxpg.Options.OrderByKey, say). Nil skips the key-order
+	// test.
+	KeyOrdered outbox.Store
 	// Write inserts msgs in one new transaction and commits it when commit
 	// is true (rolls back otherwise). It must not wake relays by itself.
 	Write func(ctx context.Context, commit bool, msgs ...*outbox.Message) error
@@ -52,6 +57,14 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("UnavailableDestinationCountsNoAttemptAndPausesTheWorker", func(t *testing.T) {
 		t.Parallel()
 		testUnavailable(t, newHarness(t))
+	})
+	t.Run("KeyOrderedRelaysKeepEachKeysOrderAndAFailingKeyHoldsBackOnlyItself", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		if h.KeyOrdered == nil {
+			t.Skip("the harness sets no KeyOrdered store")
+		}
+		testKeyOrder(t, h)
 	})
 	t.Run("UnavailableDestinationLeavesOtherDestinationsATurn", func(t *testing.T) {
 		t.Parallel()
@@ -132,6 +145,14 @@ func (r *Recorder) Publish(ctx context.Context, batch []outbox.Message) []error 
 	default:
 	}
 	return errs
+}
+
+// Order returns the ids published so far, in the order they were
+// published, duplicates included.
+func (r *Recorder) Order() []uuid.UUID {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.order)
 }
 
 // Count returns how often id was published.

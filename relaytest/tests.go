@@ -591,3 +591,78 @@ func (s *settlementSpy) Exchange(ctx context.Context, settle outbox.Settlement, 
 	}
 	return batch, nil
 }
+
+// testKeyOrder runs two relays in key order. The first message of one key
+// fails until every message of the other keys has been published: the relays
+// must go on with the other keys meanwhile (or the test times out), and every
+// key's messages must come out in the order they were written.
+func testKeyOrder(t *testing.T, h Harness) {
+	ctx := context.Background()
+	const (
+		goodKeys = 4
+		perKey   = 10
+	)
+	var bad []*outbox.Message
+	for i := range 5 {
+		bad = append(bad, &outbox.Message{Topic: "orders", Key: "bad", Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+	}
+	if err := h.Write(ctx, true, bad...); err != nil {
+		t.Fatal(err)
+	}
+	var good []*outbox.Message
+	for i := range perKey {
+		for k := range goodKeys {
+			good = append(good, &outbox.Message{Topic: "orders", Key: fmt.Sprintf("good-%d", k), Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+		}
+		// One transaction per round, so the keys' messages interleave.
+		if err := h.Write(ctx, true, good[len(good)-goodKeys:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	rec := NewRecorder()
+	goodPublished := map[uuid.UUID]bool{} // Fail runs under the recorder's lock
+	failures := 0
+	rec.Fail = func(m outbox.Message) error {
+		if m.Key != "bad" {
+			goodPublished[m.ID] = true
+			return nil
+		}
+		if m.ID == bad[0].ID && len(goodPublished) < len(good) {
+			failures++
+			return errors.New("the destination of key bad refuses its first message")
+		}
+		return nil
+	}
+	cfg := outbox.Config{BatchSize: 5, Workers: 2, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 1000}
+	StartRelay(t, h.KeyOrdered, rec, cfg)
+	StartRelay(t, h.KeyOrdered, rec, cfg)
+	total := len(good) + len(bad)
+	rec.WaitFor(t, 60*time.Second, "every message, the failing key's last", func() bool { return rec.Distinct() == total })
+
+	written := map[string][]uuid.UUID{}
+	for _, m := range append(slices.Clone(bad), good...) {
+		written[m.Key] = append(written[m.Key], m.ID)
+	}
+	published := map[string][]uuid.UUID{}
+	seen := map[uuid.UUID]bool{}
+	keyOf := map[uuid.UUID]string{}
+	for _, m := range append(slices.Clone(bad), good...) {
+		keyOf[m.ID] = m.Key
+	}
+	for _, id := range rec.Order() {
+		if !seen[id] {
+			seen[id] = true
+			published[keyOf[id]] = append(published[keyOf[id]], id)
+		}
+	}
+	for key, want := range written {
+		if got := published[key]; !slices.Equal(got, want) {
+			t.Errorf("key %s: published in the order %v; want the order written, %v", key, got, want)
+		}
+	}
+	if failures == 0 {
+		t.Errorf("the first message of key bad never failed: the test did not hold it back")
+	}
+}
