@@ -17,6 +17,7 @@ type statements struct {
 	settlePublished string // $1 ids, $2 token
 	settleKept      string // $1 ids, $2 token
 	settleRetry     string // $1 ids, $2 delays in microseconds, $3 errors, $4 attempts to count (0 or 1), $5 token
+	postponeHeld    string // $1 ids of retried messages; key order only
 	settleDead      string // $1 ids, $2 errors, $3 token
 	claim           string // $1 lease in microseconds, $2 token, $3 limit
 	release         string // $1 ids, $2 token
@@ -149,6 +150,18 @@ SET attempts = t.attempts + r.counted,
 	locked_until = NULL
 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, err, counted)
 WHERE t.id = r.id AND t.lease_token = $5`),
+		// In key order, a retried head takes the messages held behind it
+		// back in the queue with it: left at the front, they would fill
+		// the first due rows a claim looks at (see claimSQL), and messages
+		// without a key or of keys beyond the walk would wait behind them
+		// until the head succeeds. Each retry moves them again, only as
+		// far as the head's next attempt.
+		postponeHeld: sql(`
+UPDATE {t} AS f SET available_at = h.available_at
+FROM {t} AS h
+WHERE h.id = ANY($1::uuid[]) AND h.status = 'pending' AND h.key <> ''
+	AND f.key = h.key AND f.key <> '' AND f.status = 'pending' AND f.seq > h.seq
+	AND f.available_at < h.available_at`),
 		settleDead: sql(`
 UPDATE {t} AS t
 SET status = 'dead', attempts = t.attempts + 1, last_error = d.err, lease_token = NULL, locked_until = NULL

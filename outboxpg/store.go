@@ -92,6 +92,9 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 			ids[i], delays[i], errs[i], counted[i] = pgUUID(r.ID), micros(max(r.Delay, 0)), r.Error, r.Counted()
 		}
 		b.Queue(s.stmts.settleRetry, ids, delays, errs, counted, pgUUID(settle.Token))
+		if s.opts.OrderByKey {
+			b.Queue(s.stmts.postponeHeld, ids)
+		}
 	}
 	if len(settle.Dead) > 0 {
 		b.Queue(s.stmts.settleDead, deadArgs(settle.Dead, settle.Token)...)

@@ -16,6 +16,7 @@ type statements struct {
 	settlePublished string // ?1 token, ?2 ids
 	settleKept      string // ?1 now, ?2 token, ?3 ids
 	settleRetry     string // ?1 now, ?2 token, ?3 [[id, delay µs, error, attempts to count], ...]
+	postponeHeld    string // ?1 as settleRetry's ?3; key order only
 	settleDead      string // ?1 token, ?2 [[id, error], ...]
 	claimSelect     string // ?1 now, ?2 limit
 	claimUpdate     string // ?1 lease end, ?2 token, ?3 ids
@@ -105,6 +106,15 @@ UPDATE {t} AS t
 SET attempts = t.attempts + r.counted, available_at = ?1 + r.delay_us, last_error = r.err, lease_token = NULL
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS delay_us, value ->> 2 AS err, value ->> 3 AS counted FROM json_each(?3)) AS r
 WHERE t.id = r.id AND t.lease_token = ?2`),
+		// In key order, a retried head takes the messages held behind it
+		// back in the queue with it, as in outboxpg (see postponeHeld
+		// there).
+		postponeHeld: sql(`
+UPDATE {t} AS f SET available_at = h.available_at
+FROM {t} AS h
+WHERE h.id IN (SELECT value ->> 0 FROM json_each(?1)) AND h.status = 'pending' AND h.key <> ''
+	AND f.key = h.key AND f.key <> '' AND f.status = 'pending' AND f.rowid > h.rowid
+	AND f.available_at < h.available_at`),
 		settleDead: sql(`
 UPDATE {t} AS t
 SET status = 'dead', attempts = t.attempts + 1, last_error = d.err, lease_token = NULL

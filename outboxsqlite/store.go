@@ -213,6 +213,11 @@ func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outbox.Se
 		if _, err := c.ExecContext(ctx, s.stmts.settleRetry, now, token, string(b)); err != nil {
 			return err
 		}
+		if s.set.orderByKey {
+			if _, err := c.ExecContext(ctx, s.stmts.postponeHeld, string(b)); err != nil {
+				return err
+			}
+		}
 	}
 	if len(st.Dead) > 0 {
 		rows := make([][2]string, len(st.Dead))

@@ -17,6 +17,7 @@ var keyOrderCases = []testCase{
 	{"in key order a claim takes only the head of each key; released, published, kept or dead, the head lets the next go", testKeyOrderHeads},
 	{"in key order a retrying head holds back its key only, and next due waits for it", testKeyOrderRetryHoldsBackItsKey},
 	{"in key order a head scheduled later holds back its key", testKeyOrderScheduledHeadHoldsBackItsKey},
+	{"in key order a retried head takes the messages held behind it back in the queue", testKeyOrderRetryPostponesHeld},
 	{"in key order concurrent claimers publish every key's messages in id order", testKeyOrderConcurrentClaimers},
 }
 
@@ -66,6 +67,27 @@ func testKeyOrderHeads(t *testing.T, s *suite) {
 	token = s.orderedClaim(t, a3.ID)
 	s.exchange(t, outbox.Settlement{Token: token, Published: []uuid.UUID{a3.ID}}, outbox.Claim{})
 	s.orderedClaim(t, a4.ID)
+}
+
+func testKeyOrderRetryPostponesHeld(t *testing.T, s *suite) {
+	m := keyed("a", "a", "a", "b")
+	a1, a2, a3, b1 := m[0], m[1], m[2], m[3]
+	s.write(t, m...)
+	token := s.orderedClaim(t, a1.ID, b1.ID)
+	settle := outbox.Settlement{Token: token, Retry: []outbox.Retry{{ID: a1.ID, Delay: time.Hour, Error: "broker busy"}}}
+	if _, err := s.h.KeyOrdered.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
+		t.Fatalf("retry a1 in key order: %v", err)
+	}
+	head := s.get(t, a1.ID).AvailableAt
+	for _, id := range []uuid.UUID{a2.ID, a3.ID} {
+		if got := s.get(t, id).AvailableAt; got.Before(head) {
+			t.Fatalf("message %s held behind a1: due at %v, before a1's retry at %v; want moved back with it", id, got, head)
+		}
+	}
+	// b1 is leased, not behind a1: untouched.
+	if got := s.get(t, b1.ID).AvailableAt; !got.Before(head.Add(-30 * time.Minute)) {
+		t.Fatalf("message %s of another key: due at %v; want its own time, not a1's retry at %v", b1.ID, got, head)
+	}
 }
 
 func testKeyOrderScheduledHeadHoldsBackItsKey(t *testing.T, s *suite) {
