@@ -18,6 +18,7 @@ var keyOrderCases = []testCase{
 	{"in key order a retrying head holds back its key only, and next due waits for it", testKeyOrderRetryHoldsBackItsKey},
 	{"in key order a head scheduled later holds back its key", testKeyOrderScheduledHeadHoldsBackItsKey},
 	{"in key order a retried head takes the messages held behind it back in the queue", testKeyOrderRetryPostponesHeld},
+	{"in key order a message without a key passes a failing key with many messages held", testKeyOrderKeylessMessagePassesAFailingKey},
 	{"in key order concurrent claimers publish every key's messages in id order", testKeyOrderConcurrentClaimers},
 }
 
@@ -88,6 +89,27 @@ func testKeyOrderRetryPostponesHeld(t *testing.T, s *suite) {
 	if got := s.get(t, b1.ID).AvailableAt; !got.Before(head.Add(-30 * time.Minute)) {
 		t.Fatalf("message %s of another key: due at %v; want its own time, not a1's retry at %v", b1.ID, got, head)
 	}
+}
+
+// testKeyOrderKeylessMessagePassesAFailingKey puts a message without a key
+// behind more messages of one key than a claim looks at among the first due
+// rows: once the key's head is retried, the claim must reach it.
+func testKeyOrderKeylessMessagePassesAFailingKey(t *testing.T, s *suite) {
+	const held = 150
+	keys := make([]string, held+1)
+	for i := range keys {
+		keys[i] = "a"
+	}
+	m := keyed(keys...)
+	s.write(t, m...)
+	free := keyed("")[0]
+	s.write(t, free)
+	token := s.orderedClaim(t, m[0].ID)
+	settle := outbox.Settlement{Token: token, Retry: []outbox.Retry{{ID: m[0].ID, Delay: time.Hour, Error: "broker busy"}}}
+	if _, err := s.h.KeyOrdered.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
+		t.Fatalf("retry the head of key a in key order: %v", err)
+	}
+	s.orderedClaim(t, free.ID)
 }
 
 func testKeyOrderScheduledHeadHoldsBackItsKey(t *testing.T, s *suite) {
