@@ -62,7 +62,6 @@ func (in *Inbox[TTx]) Handle(ctx context.Context, id uuid.UUID, fn func(ctx cont
 		return false, fmt.Errorf("outbox: inbox %s: message id is the nil UUID; pass the id the relay published the message with", in.consumer)
 	}
 	err = in.store.RunInTx(ctx, func(tx TTx) error {
-		applied = false // a retried transaction starts over
 		first, err := in.store.MarkProcessed(ctx, tx, in.consumer, id)
 		if err != nil || !first {
 			return err

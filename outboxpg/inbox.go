@@ -147,15 +147,7 @@ func (t *InboxTable) PurgeProcessed(ctx context.Context, before time.Time, limit
 	if limit <= 0 {
 		return 0, fmt.Errorf("outboxpg: purge inbox %s: limit %d must be positive", t.name, limit)
 	}
-	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-		var locked bool
-		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, t.lockKey).Scan(&locked); err != nil || !locked {
-			return err
-		}
-		tag, err := tx.Exec(ctx, t.purge, before, limit)
-		n = int(tag.RowsAffected())
-		return err
-	})
+	n, err = execIfLocked(ctx, t.pool, t.lockKey, t.purge, before, limit)
 	if err != nil {
 		return 0, fmt.Errorf("outboxpg: purge inbox %s: %w", t.name, err)
 	}

@@ -22,7 +22,6 @@ type statements struct {
 	claim           string // $1 lease in microseconds, $2 token, $3 limit
 	release         string // $1 ids, $2 token
 	nextDue         string
-	purgeLock       string // $1 lock key
 	purge           string // $1 before, $2 limit
 
 	stats       string
@@ -61,25 +60,23 @@ func newStatements(n names, orderByKey bool) statements {
 
 	// The claim's candidates: the due rows at the head of the pending
 	// index, and in key order also the head of every key.
-	claimSQL := func(orderByKey bool) string {
-		candidates := `
+	claimWith, claimCandidates := "WITH", `
 	SELECT ctid FROM {t} AS o
 	WHERE status = 'pending' AND available_at <= now()
 		AND (locked_until IS NULL OR locked_until <= now()){head_of_key}`
-		with := "WITH"
-		if orderByKey {
-			// Scanning the pending index in due order would read past
-			// every message held back behind its key's head: with few
-			// keys and a deep backlog, nearly the whole table per claim.
-			// So the candidates are the first due rows (at most 100:
-			// messages without a key, and the heads among them) plus the
-			// head of each key, found by walking the key index from key
-			// to key (a loose index scan: two probes per key), for at
-			// most keyWalkLimit keys in key order. Keys beyond that are
-			// reached as the front of the queue moves. Measured on a
-			// backlog of 50,000 (BenchmarkRelayDrainKeyOrder): 64 keys
-			// drain at 150 msgs/s by the plain scan, 13-15k by this.
-			with = `WITH RECURSIVE walk (key, n) AS (
+	if orderByKey {
+		// Scanning the pending index in due order would read past every
+		// message held back behind its key's head: with few keys and a
+		// deep backlog, nearly the whole table per claim. So the
+		// candidates are the first due rows (at most 100: messages without
+		// a key, and the heads among them) plus the head of each key,
+		// found by walking the key index from key to key (a loose index
+		// scan: two probes per key), for at most keyWalkLimit keys in key
+		// order. Keys beyond that are reached as the front of the queue
+		// moves. On a backlog of 50,000 over 64 keys
+		// (BenchmarkRelayDrainKeyOrder, docs/benchmarks.md) the plain
+		// scan drained 150 msgs/s, this about 7,000.
+		claimWith = `WITH RECURSIVE walk (key, n) AS (
 	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
 	UNION ALL
 	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
@@ -93,21 +90,11 @@ func newStatements(n names, orderByKey bool) statements {
 	ORDER BY available_at, id
 	LIMIT least($3, 100))
 ),`
-			candidates = `
+		claimCandidates = `
 	SELECT ctid FROM {t} AS o
 	WHERE ctid = ANY(ARRAY(SELECT ctid FROM candidate))
 		AND status = 'pending' AND available_at <= now()
 		AND (locked_until IS NULL OR locked_until <= now()){head_of_key}`
-		}
-		return with + ` c AS MATERIALIZED (` + candidates + `
-	ORDER BY available_at, id
-	LIMIT $3
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE {t} AS t
-SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
-WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM c))
-RETURNING ` + messageColumns
 	}
 
 	insert := `
@@ -152,7 +139,7 @@ FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, 
 WHERE t.id = r.id AND t.lease_token = $5`),
 		// In key order, a retried head takes the messages held behind it
 		// back in the queue with it: left at the front, they would fill
-		// the first due rows a claim looks at (see claimSQL), and messages
+		// the first due rows a claim looks at (see the claim), and messages
 		// without a key or of keys beyond the walk would wait behind them
 		// until the head succeeds. Each retry moves them again, only as
 		// far as the head's next attempt.
@@ -182,7 +169,15 @@ WHERE t.id = d.id AND t.lease_token = $3`),
 		// the statement began (a release, say), the TID scan does not see it
 		// and skips the row: the batch is one short and the row stays free
 		// for the next claim. RETURNING has no order: the caller sorts.
-		claim: sql(claimSQL(orderByKey)),
+		claim: sql(claimWith + ` c AS MATERIALIZED (` + claimCandidates + `
+	ORDER BY available_at, id
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE {t} AS t
+SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
+WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM c))
+RETURNING ` + messageColumns),
 		release: sql(`
 UPDATE {t} SET locked_until = NULL, lease_token = NULL
 WHERE id = ANY($1::uuid[]) AND lease_token = $2 AND status = 'pending'`),
@@ -203,7 +198,6 @@ SELECT CASE
 		(SELECT min(available_at) FROM {t} WHERE status = 'pending' AND available_at > now())
 	) - now()) * 1000000)::bigint
 END`),
-		purgeLock: `SELECT pg_try_advisory_xact_lock($1)`,
 		// = ANY(ARRAY(...)) runs the bounded subquery once and deletes by
 		// primary key; IN (...) may be planned as a join over the whole table.
 		purge: sql(`

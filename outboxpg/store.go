@@ -239,25 +239,31 @@ func (s *Store) PurgePublished(ctx context.Context, before time.Time, limit int)
 	if limit <= 0 {
 		return 0, fmt.Errorf("outboxpg: purge published messages in %s: limit %d must be positive", s.Name(), limit)
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var locked bool
-		if err := tx.QueryRow(ctx, s.stmts.purgeLock, s.names.purgeLockKey).Scan(&locked); err != nil {
-			return fmt.Errorf("take purge lock: %w", err)
-		}
-		if !locked {
-			return nil
-		}
-		tag, err := tx.Exec(ctx, s.stmts.purge, before, limit)
-		if err != nil {
-			return err
-		}
-		n = int(tag.RowsAffected())
-		return nil
-	})
+	n, err = execIfLocked(ctx, s.pool, s.names.purgeLockKey, s.stmts.purge, before, limit)
 	if err != nil {
 		return 0, fmt.Errorf("outboxpg: purge published messages in %s: %w", s.Name(), err)
 	}
 	return n, nil
+}
+
+// execIfLocked runs stmt in a transaction that first tries the
+// transaction-scoped advisory lock lockKey, and returns the rows it changed;
+// if another transaction holds the lock it returns (0, nil) at once. Bounded
+// clean-ups use it so that one caller at a time does the work.
+func execIfLocked(ctx context.Context, pool *pgxpool.Pool, lockKey int64, stmt string, args ...any) (n int, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var locked bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, lockKey).Scan(&locked); err != nil {
+			return fmt.Errorf("take lock: %w", err)
+		}
+		if !locked {
+			return nil
+		}
+		tag, err := tx.Exec(ctx, stmt, args...)
+		n = int(tag.RowsAffected())
+		return err
+	})
+	return n, err
 }
 
 // Stats counts messages by state with one query.

@@ -55,14 +55,13 @@ func (g *globalFlags) resolveURL() (string, error) {
 	return u, nil
 }
 
-// open connects to the database and opens the outbox table. notify makes
-// writes wake relays in other processes (used by `send`).
 // storeMode holds the store options a command sets for itself.
 type storeMode struct {
-	notify     bool // writes NOTIFY (PostgreSQL)
-	orderByKey bool // claims keep the order of each key
+	notify     bool // writes wake relays in other processes (PostgreSQL NOTIFY; used by `send`)
+	orderByKey bool // claims keep the order of each key (used by `relay`)
 }
 
+// open connects to the database and opens the outbox table in mode.
 func (g *globalFlags) open(ctx context.Context, mode storeMode) (*backend, error) {
 	raw, err := g.resolveURL()
 	if err != nil {
