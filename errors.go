@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // Sentinel errors. Test for them with errors.Is.
@@ -16,7 +18,7 @@ var (
 	ErrInvalidConfig = errors.New("outbox: invalid configuration")
 	// ErrNotFound means no message has the given id (or none in the state the
 	// operation needs, such as dead for a dead-letter retry).
-	ErrNotFound = errors.New("outbox: message not found")
+	ErrNotFound = outboxdriver.ErrNotFound
 	// ErrClosed is returned by a relay that was shut down.
 	ErrClosed = errors.New("outbox: relay closed")
 	// ErrPermanent is wrapped by errors made with Permanent.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 func TestRetryAfterCarriesTheDelayThroughWrapping(t *testing.T) {
@@ -32,7 +34,7 @@ func TestRetryAfterCarriesTheDelayThroughWrapping(t *testing.T) {
 }
 
 // noStore is a Store the relay's publish step never needs while not aborted.
-type noStore struct{ Store }
+type noStore struct{ outboxdriver.Store }
 
 func (noStore) Name() string { return "test.no_store" }
 

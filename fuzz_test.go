@@ -22,7 +22,7 @@ func FuzzMessageValidation(f *testing.F) {
 	f.Add("t", "k", "h\xff", "\xff", []byte("x"))
 	f.Fuzz(func(t *testing.T, topic, key, header, value string, payload []byte) {
 		m := Message{Topic: topic, Key: key, Payload: payload, Headers: map[string]string{header: value}}
-		err := m.validate(1 << 10)
+		err := validateMessage(&m, 1<<10)
 		if err != nil {
 			if _, ok := err.(*MessageError); !ok {
 				t.Fatalf("validate returned %T, want *MessageError", err)

@@ -2,10 +2,9 @@ package outbox
 
 import (
 	"fmt"
-	"time"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // Limits on the fields of a Message. They keep every message storable in every
@@ -22,58 +21,32 @@ const (
 	MaxPayloadBytesDefault = 1 << 20
 )
 
-// Status is where a stored message is in its life.
-type Status string
+// Status is where a stored message is in its life (outboxdriver.Status).
+type Status = outboxdriver.Status
 
 // The statuses a stored message can have.
 const (
 	// StatusPending messages wait to be published (or are being published
 	// under a lease).
-	StatusPending Status = "pending"
+	StatusPending = outboxdriver.StatusPending
 	// StatusPublished messages were confirmed by the broker and are kept only
 	// because the relay's Retention is above zero.
-	StatusPublished Status = "published"
+	StatusPublished = outboxdriver.StatusPublished
 	// StatusDead messages failed permanently or ran out of attempts. They stay
 	// until an operator retries or discards them.
-	StatusDead Status = "dead"
+	StatusDead = outboxdriver.StatusDead
 )
 
 // Message is one message to publish. Application code fills Topic, Key,
 // Payload and Headers; the writer fills ID and CreatedAt when they are zero;
-// the relay owns the remaining fields.
-type Message struct {
-	// ID identifies the message everywhere (UUIDv7, so ids sort by creation
-	// time). Consumers deduplicate on it.
-	ID uuid.UUID
-	// Topic routes the message: Kafka topic, AMQP routing key, NATS subject,
-	// event type or handler name.
-	Topic string
-	// Key orders and partitions messages (an aggregate id, say). May be empty.
-	Key string
-	// Payload is the message body, opaque to the outbox.
-	Payload []byte
-	// Headers travel with the message (content type, correlation id, trace
-	// context).
-	Headers map[string]string
-	// CreatedAt is when the message was written.
-	CreatedAt time.Time
-
-	// AvailableAt is the earliest time the relay may publish the message. When
-	// writing, zero means now; a later time schedules the message.
-	AvailableAt time.Time
-	// Attempts counts failed publish attempts so far.
-	Attempts int
-	// LastError is the error of the last failed attempt.
-	LastError string
-	// Status is the stored status.
-	Status Status
-	// PublishedAt is when the broker confirmed the message (kept rows only).
-	PublishedAt time.Time
-}
+// the relay owns the remaining fields. It is defined in outboxdriver, the
+// contract stores implement, so that applications, the relay and every store
+// share one type; see outboxdriver.Message for the fields.
+type Message = outboxdriver.Message
 
 // validate checks the fields application code fills. maxPayload <= 0 means no
 // payload limit.
-func (m *Message) validate(maxPayload int) error {
+func validateMessage(m *Message, maxPayload int) error {
 	switch {
 	case m.Topic == "":
 		return invalidMessage(m, "Topic", "", "is empty; set it to the event type or destination, e.g. \"orders.created\"")

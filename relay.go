@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // Relay publishes the messages of one outbox table. Its workers claim batches
@@ -23,7 +25,7 @@ type Relay struct {
 	cfg   Config
 	log   *slog.Logger
 	pub   Publisher
-	store Store
+	store outboxdriver.Store
 
 	// gate wakes idle workers: the dispatcher opens it when messages may be
 	// due, a worker when it claimed a full batch (there may be more).
@@ -44,7 +46,7 @@ type Relay struct {
 
 // NewRelay returns a relay that publishes store's messages with pub. It
 // returns a *ConfigError if cfg is invalid.
-func NewRelay(store Store, pub Publisher, cfg Config) (*Relay, error) {
+func NewRelay(store outboxdriver.Store, pub Publisher, cfg Config) (*Relay, error) {
 	if store == nil {
 		return nil, &ConfigError{Field: "NewRelay store", Value: "nil", Fix: "pass a store, e.g. outboxpg.New(pool, outboxpg.Options{})"}
 	}
@@ -168,7 +170,7 @@ func (r *Relay) isStopping() bool {
 // nothing to claim.
 func (r *Relay) work(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
-	var settle Settlement
+	var settle outboxdriver.Settlement
 	retry := newErrorBackoff()  // the store failed
 	outage := newErrorBackoff() // the destination was unavailable
 	for {
@@ -176,7 +178,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		// while the claim runs is then not missed.
 		wake := r.gate.wait()
 		stopping := r.isStopping()
-		claim := Claim{Limit: r.cfg.BatchSize, Lease: r.cfg.LeaseDuration, Token: uuid.New()}
+		claim := outboxdriver.Claim{Limit: r.cfg.BatchSize, Lease: r.cfg.LeaseDuration, Token: uuid.New()}
 		if stopping {
 			claim.Limit = 0
 		}
@@ -184,7 +186,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			return
 		}
 		storeCtx, cancel := r.storeCtx(ctx)
-		batch, err := r.store.Exchange(storeCtx, settle, claim)
+		batch, err := r.store.SettleAndClaim(storeCtx, settle, claim)
 		cancel()
 		if err != nil {
 			// The settlement is kept and sent again: outcomes apply only to
@@ -202,7 +204,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			continue
 		}
 		retry.reset()
-		settle = Settlement{}
+		settle = outboxdriver.Settlement{}
 		if stopping {
 			return
 		}
@@ -231,7 +233,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			// claim and send again the messages published in it.
 			log.Warn("outbox relay: destination unavailable; messages postponed without counting an attempt", slog.Duration("pause", outage.next))
 			if r.record(ctx, settle) {
-				settle = Settlement{}
+				settle = outboxdriver.Settlement{}
 			}
 			outage.sleep(ctx, r.stopping)
 		} else {
@@ -243,10 +245,10 @@ func (r *Relay) work(ctx context.Context, worker int) {
 // record stores a settlement on its own, without claiming, and reports
 // whether it succeeded; on failure the caller keeps the settlement for its
 // next exchange.
-func (r *Relay) record(ctx context.Context, settle Settlement) bool {
+func (r *Relay) record(ctx context.Context, settle outboxdriver.Settlement) bool {
 	storeCtx, cancel := r.storeCtx(ctx)
 	defer cancel()
-	_, err := r.store.Exchange(storeCtx, settle, Claim{Token: uuid.New(), Lease: r.cfg.LeaseDuration})
+	_, err := r.store.SettleAndClaim(storeCtx, settle, outboxdriver.Claim{Token: uuid.New(), Lease: r.cfg.LeaseDuration})
 	return err == nil
 }
 
@@ -267,7 +269,7 @@ const storeCallTimeout = 15 * time.Second
 // settlement. Messages left unpublished because the relay is stopping are
 // released at once; messages whose destination was unavailable (reported
 // true) are postponed by pause. Neither counts an attempt.
-func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, pause time.Duration) (settle Settlement, unavailable bool) {
+func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, pause time.Duration) (settle outboxdriver.Settlement, unavailable bool) {
 	// Stop publishing before the lease ends, so no other relay can claim a
 	// message this one is still publishing.
 	pubCtx, cancel := context.WithTimeout(ctx, publishTimeout(r.cfg.LeaseDuration))
@@ -281,7 +283,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, p
 			results[i] = err
 		}
 	}
-	settle = Settlement{Token: token, KeepPublished: r.cfg.Retention > 0}
+	settle = outboxdriver.Settlement{Token: token, KeepPublished: r.cfg.Retention > 0}
 	var release []uuid.UUID
 	aborted := ctx.Err() != nil
 	for i, err := range results {
@@ -296,21 +298,21 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, p
 			// place at the head of the queue, so the next claims would take
 			// it again and again, and messages to destinations that are up
 			// would never get a turn.
-			settle.Retry = append(settle.Retry, Retry{ID: m.ID, Delay: pause, Error: err.Error(), Unsent: true})
+			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: pause, Error: err.Error(), Unsent: true})
 			unavailable = true
 		case IsPermanent(err):
-			settle.Dead = append(settle.Dead, Failure{ID: m.ID, Error: err.Error()})
+			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: err.Error()})
 			r.log.Warn("outbox relay: message dead-lettered (permanent error)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		case m.Attempts+1 >= r.cfg.MaxAttempts:
 			msg := fmt.Sprintf("attempt %d of %d: %v", m.Attempts+1, r.cfg.MaxAttempts, err)
-			settle.Dead = append(settle.Dead, Failure{ID: m.ID, Error: msg})
+			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: msg})
 			r.log.Warn("outbox relay: message dead-lettered (attempts exhausted)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		default:
 			delay := r.retryDelay(m.Attempts + 1)
 			if after, ok := RetryAfterOf(err); ok {
 				delay = max(delay, after) // the destination said when to come back
 			}
-			settle.Retry = append(settle.Retry, Retry{ID: m.ID, Delay: delay, Error: err.Error()})
+			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: delay, Error: err.Error()})
 		}
 	}
 	if len(release) > 0 {
@@ -392,7 +394,7 @@ func (r *Relay) dispatch(ctx context.Context) {
 	defer unsubscribe()
 
 	listened := make(chan struct{}, 1)
-	if l, ok := r.store.(WriteListener); ok && !r.cfg.DisableListen {
+	if l, ok := r.store.(outboxdriver.WriteListener); ok && !r.cfg.DisableListen {
 		go func() {
 			err := l.ListenForWrites(ctx, func() {
 				select {

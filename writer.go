@@ -74,7 +74,7 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 		if m == nil {
 			return fmt.Errorf("outbox: message %d of %d is nil", i, len(msgs))
 		}
-		if err := m.validate(w.maxPayload); err != nil {
+		if err := validateMessage(m, w.maxPayload); err != nil {
 			return err
 		}
 	}

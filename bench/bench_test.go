@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
@@ -104,7 +105,7 @@ func BenchmarkRelayDrainKeyOrder(b *testing.B) {
 
 // drain runs b.N times: fill a backlog of backlog messages (untimed), then
 // time relays draining it to a no-op publisher; it reports msgs/s.
-func drain(b *testing.B, store outbox.Store, batch, relays int, fill func()) {
+func drain(b *testing.B, store outboxdriver.Store, batch, relays int, fill func()) {
 	b.Helper()
 	noop := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
 		return make([]error, len(msgs))
@@ -124,7 +125,7 @@ func drain(b *testing.B, store outbox.Store, batch, relays int, fill func()) {
 			}
 			go func() { _ = r.Run(ctx); done <- struct{}{} }()
 		}
-		waitDrained(b, store.(outbox.Admin))
+		waitDrained(b, store.(outboxdriver.Admin))
 		elapsed += time.Since(start)
 		cancel()
 		for range relays {

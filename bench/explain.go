@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
@@ -50,19 +51,19 @@ func (e *env) measureExplain(ctx context.Context) ([]Explain, CommitCost, error)
 		// Claim a batch, then settle it and claim the next: the relay's
 		// steady state, whose statements are captured.
 		t1, t2 := uuid.New(), uuid.New()
-		first, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: batch, Lease: 30 * time.Second, Token: t1})
+		first, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: batch, Lease: 30 * time.Second, Token: t1})
 		if err != nil {
 			return nil, CommitCost{}, err
 		}
 		capture.reset()
-		second, err := store.Exchange(ctx, outbox.Settlement{Token: t1, Published: ids(first)},
-			outbox.Claim{Limit: batch, Lease: 30 * time.Second, Token: t2})
+		second, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: t1, Published: ids(first)},
+			outboxdriver.Claim{Limit: batch, Lease: 30 * time.Second, Token: t2})
 		if err != nil {
 			return nil, CommitCost{}, err
 		}
 		stmts := capture.taken()
 		if len(stmts) != 2 {
-			return nil, CommitCost{}, fmt.Errorf("captured %d statements from one Exchange; want settle + claim", len(stmts))
+			return nil, CommitCost{}, fmt.Errorf("captured %d statements from one SettleAndClaim; want settle + claim", len(stmts))
 		}
 		settle, claim := stmts[0], stmts[1]
 		// Settle the second batch (its rows are still there) and claim a
@@ -94,8 +95,8 @@ func (e *env) measureExplain(ctx context.Context) ([]Explain, CommitCost, error)
 	var batch []outbox.Message
 	for drained := 0; drained < e.opts.Backlog/2; drained += len(batch) {
 		next := uuid.New()
-		batch, err = store.Exchange(ctx, outbox.Settlement{Token: token, Published: ids(batch)},
-			outbox.Claim{Limit: 1000, Lease: 30 * time.Second, Token: next})
+		batch, err = store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Published: ids(batch)},
+			outboxdriver.Claim{Limit: 1000, Lease: 30 * time.Second, Token: next})
 		if err != nil {
 			return nil, CommitCost{}, err
 		}
@@ -105,8 +106,8 @@ func (e *env) measureExplain(ctx context.Context) ([]Explain, CommitCost, error)
 		}
 	}
 	capture.reset()
-	if _, err := store.Exchange(ctx, outbox.Settlement{Token: token, Published: ids(batch)},
-		outbox.Claim{Limit: 1000, Lease: 30 * time.Second, Token: uuid.New()}); err != nil {
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Published: ids(batch)},
+		outboxdriver.Claim{Limit: 1000, Lease: 30 * time.Second, Token: uuid.New()}); err != nil {
 		return nil, CommitCost{}, err
 	}
 	if stmts := capture.taken(); len(stmts) == 2 {

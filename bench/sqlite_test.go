@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxsqlite"
 )
 
@@ -112,7 +113,7 @@ func BenchmarkSQLiteWriterCommits(b *testing.B) {
 }
 
 // waitDrained polls until store has nothing pending.
-func waitDrained(b *testing.B, admin outbox.Admin) {
+func waitDrained(b *testing.B, admin outboxdriver.Admin) {
 	b.Helper()
 	for {
 		st, err := admin.Stats(context.Background())

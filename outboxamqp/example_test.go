@@ -9,12 +9,13 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/outboxamqp"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // A relay publishing an outbox table to the exchange "events", each message
 // with its topic as routing key.
 func Example() {
-	var store outbox.Store // e.g. outboxpg.New(pool, outboxpg.Options{})
+	var store outboxdriver.Store // e.g. outboxpg.New(pool, outboxpg.Options{})
 
 	pub, err := outboxamqp.Dial("amqp://relay:secret@rabbitmq:5672/prod", outboxamqp.Config{Exchange: "events"})
 	if err != nil {

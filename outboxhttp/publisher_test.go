@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxhttp"
 	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/publishertest"
@@ -225,7 +226,7 @@ func TestEndToEndThroughARelayOnPostgreSQL(t *testing.T) {
 }
 
 // runRelay runs a relay with quick retries until the test ends.
-func runRelay(t *testing.T, store outbox.Store, pub outbox.Publisher) {
+func runRelay(t *testing.T, store outboxdriver.Store, pub outbox.Publisher) {
 	t.Helper()
 	relay, err := outbox.NewRelay(store, pub, outbox.Config{
 		BackoffBase:  10 * time.Millisecond,

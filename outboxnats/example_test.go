@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxnats"
 )
 
@@ -34,7 +35,7 @@ func ExampleDial() {
 		log.Fatal(err)
 	}
 
-	var store outbox.Store // e.g. outboxpg.New(pool, outboxpg.Options{})
+	var store outboxdriver.Store // e.g. outboxpg.New(pool, outboxpg.Options{})
 	relay, err := outbox.NewRelay(store, pub, outbox.Config{})
 	if err != nil {
 		log.Fatal(err)

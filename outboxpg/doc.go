@@ -63,7 +63,7 @@
 //   - Writer.Write inserts any number of messages with one INSERT ... SELECT
 //     FROM unnest(arrays), so the statement and its parameter count do not
 //     depend on the number of messages.
-//   - Exchange sends the outcomes of the last batch (one statement per kind:
+//   - SettleAndClaim sends the outcomes of the last batch (one statement per kind:
 //     published, retried, dead) and the claim of the next batch as one
 //     pgx.Batch. pgx sends a batch as one pipeline ending in a single Sync
 //     message, and PostgreSQL runs all statements before a Sync in one

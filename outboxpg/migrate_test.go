@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
@@ -216,7 +217,7 @@ func TestMigratedTableWorksWithTheSQLItPrints(t *testing.T) {
 	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msg) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	got, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 1, Lease: 1e9, Token: uuid.New()})
+	got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: 1e9, Token: uuid.New()})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("claim: %v, %v; want message %s", got, err, msg.ID)
 	}
@@ -266,7 +267,7 @@ func TestLeaseTakenBeforeMigrationTwoSurvivesUpAndDown(t *testing.T) {
 			return ids
 		}
 		token := uuid.New()
-		msgs, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 10, Lease: time.Minute, Token: token})
+		msgs, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: token})
 		if err != nil {
 			t.Fatalf("%s: claim: %v", step, err)
 		}

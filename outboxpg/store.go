@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/headerjson"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // Store is an outbox table in PostgreSQL, used through a pgx connection pool.
@@ -29,13 +30,13 @@ type Store struct {
 
 // The interfaces Store implements.
 var (
-	_ outbox.Store             = (*Store)(nil)
-	_ outbox.Admin             = (*Store)(nil)
-	_ outbox.WriteListener     = (*Store)(nil)
-	_ outbox.Inserter[pgx.Tx]  = (*Store)(nil)
-	_ outbox.TxRunner[pgx.Tx]  = (*Store)(nil)
-	_ outbox.Inserter[*sql.Tx] = (*SQLWriter)(nil)
-	_ outbox.TxRunner[*sql.Tx] = (*SQLWriter)(nil)
+	_ outboxdriver.Store         = (*Store)(nil)
+	_ outboxdriver.Admin         = (*Store)(nil)
+	_ outboxdriver.WriteListener = (*Store)(nil)
+	_ outbox.Inserter[pgx.Tx]    = (*Store)(nil)
+	_ outbox.TxRunner[pgx.Tx]    = (*Store)(nil)
+	_ outbox.Inserter[*sql.Tx]   = (*SQLWriter)(nil)
+	_ outbox.TxRunner[*sql.Tx]   = (*SQLWriter)(nil)
 )
 
 // New returns a Store for the table opts names. It validates opts and does not
@@ -57,7 +58,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 // Name returns "schema.table".
 func (s *Store) Name() string { return s.ins.name }
 
-// Exchange records settle and claims the next batch in one round trip and one
+// SettleAndClaim records settle and claims the next batch in one round trip and one
 // transaction: the statements go out as one pgx.Batch, which pgx sends as a
 // pipeline closed by a single Sync, and PostgreSQL runs everything before a
 // Sync as one implicit transaction. If any statement fails, nothing is
@@ -68,7 +69,7 @@ func (s *Store) Name() string { return s.ins.name }
 // claim.Limit > 0. Claimed messages come back ordered by due time, then id;
 // their AvailableAt is the time they were due when claimed (the stored value
 // is now the lease's end).
-func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
+func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	if claim.Limit < 0 {
 		return nil, fmt.Errorf("outboxpg: exchange on %s: claim limit %d is negative", s.Name(), claim.Limit)
 	}
@@ -108,7 +109,7 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 	}
 
 	br := s.pool.SendBatch(ctx, b)
-	msgs, undecodable, err := s.readExchange(br, settles, claim.Limit > 0)
+	msgs, undecodable, err := s.readSettleAndClaim(br, settles, claim.Limit > 0)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -129,13 +130,13 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 
 // settleDeadNow dead-letters failed messages leased to token, outside a
 // relay's exchange.
-func (s *Store) settleDeadNow(ctx context.Context, token uuid.UUID, failed []outbox.Failure) error {
+func (s *Store) settleDeadNow(ctx context.Context, token uuid.UUID, failed []outboxdriver.Failure) error {
 	_, err := s.pool.Exec(ctx, s.stmts.settleDead, deadArgs(failed, token)...)
 	return err
 }
 
 // deadArgs are the arguments of statements.settleDead.
-func deadArgs(failed []outbox.Failure, token uuid.UUID) []any {
+func deadArgs(failed []outboxdriver.Failure, token uuid.UUID) []any {
 	ids := make([]pgtype.UUID, len(failed))
 	errs := make([]string, len(failed))
 	for i, f := range failed {
@@ -144,9 +145,9 @@ func deadArgs(failed []outbox.Failure, token uuid.UUID) []any {
 	return []any{ids, errs, pgUUID(token)}
 }
 
-// readExchange reads the results of Exchange's batch: the claimed messages
+// readSettleAndClaim reads the results of SettleAndClaim's batch: the claimed messages
 // whose headers decode, and the claimed ones whose headers do not.
-func (s *Store) readExchange(br pgx.BatchResults, settles int, claiming bool) (msgs []outbox.Message, undecodable []outbox.Failure, err error) {
+func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles int, claiming bool) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
 	for range settles {
 		if _, err := br.Exec(); err != nil {
 			return nil, nil, err
@@ -174,12 +175,12 @@ func (s *Store) readExchange(br pgx.BatchResults, settles int, claiming bool) (m
 }
 
 // withoutFailures returns msgs less those listed in failed, reusing msgs.
-func withoutFailures(msgs []outbox.Message, failed []outbox.Failure) []outbox.Message {
+func withoutFailures(msgs []outbox.Message, failed []outboxdriver.Failure) []outbox.Message {
 	if len(failed) == 0 {
 		return msgs
 	}
 	return slices.DeleteFunc(msgs, func(m outbox.Message) bool {
-		return slices.ContainsFunc(failed, func(f outbox.Failure) bool { return f.ID == m.ID })
+		return slices.ContainsFunc(failed, func(f outboxdriver.Failure) bool { return f.ID == m.ID })
 	})
 }
 
@@ -267,12 +268,12 @@ func execIfLocked(ctx context.Context, pool *pgxpool.Pool, lockKey int64, stmt s
 }
 
 // Stats counts messages by state with one query.
-func (s *Store) Stats(ctx context.Context) (outbox.Stats, error) {
-	var st outbox.Stats
+func (s *Store) Stats(ctx context.Context) (outboxdriver.Stats, error) {
+	var st outboxdriver.Stats
 	var oldestMicros int64
 	err := s.pool.QueryRow(ctx, s.stmts.stats).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldestMicros)
 	if err != nil {
-		return outbox.Stats{}, fmt.Errorf("outboxpg: count messages in %s: %w", s.Name(), err)
+		return outboxdriver.Stats{}, fmt.Errorf("outboxpg: count messages in %s: %w", s.Name(), err)
 	}
 	st.OldestPending = time.Duration(oldestMicros) * time.Microsecond
 	return st, nil
@@ -339,7 +340,7 @@ func (s *Store) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) 
 // headers do not decode (written by hand or by another program) comes back
 // without headers and is also listed in undecodable, with the reason, so that
 // a claim can dead-letter it instead of failing every exchange that meets it.
-func collectMessages(rows pgx.Rows) (msgs []outbox.Message, undecodable []outbox.Failure, err error) {
+func collectMessages(rows pgx.Rows) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
 	for rows.Next() {
 		m, headerErr, err := scanMessage(rows)
 		if err != nil {
@@ -347,7 +348,7 @@ func collectMessages(rows pgx.Rows) (msgs []outbox.Message, undecodable []outbox
 			return nil, nil, err
 		}
 		if headerErr != nil {
-			undecodable = append(undecodable, outbox.Failure{ID: m.ID, Error: headerErr.Error()})
+			undecodable = append(undecodable, outboxdriver.Failure{ID: m.ID, Error: headerErr.Error()})
 		}
 		msgs = append(msgs, m)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/storetest"
 )
@@ -156,20 +157,20 @@ func TestExchangeIsOneRoundTrip(t *testing.T) {
 	// Every kind of outcome and a claim. The first round on the connection
 	// also prepares the statements; the second shows the steady state.
 	token := uuid.New()
-	batch, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 6, Lease: time.Minute, Token: token})
+	batch, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 6, Lease: time.Minute, Token: token})
 	if err != nil || len(batch) != 6 {
 		t.Fatalf("claim: %d messages, %v; want 6", len(batch), err)
 	}
 	for round := range 2 {
 		c.reset()
-		settle := outbox.Settlement{
+		settle := outboxdriver.Settlement{
 			Token:     token,
 			Published: []uuid.UUID{batch[0].ID},
-			Retry:     []outbox.Retry{{ID: batch[1].ID, Delay: time.Hour, Error: "later"}},
-			Dead:      []outbox.Failure{{ID: batch[2].ID, Error: "poison"}},
+			Retry:     []outboxdriver.Retry{{ID: batch[1].ID, Delay: time.Hour, Error: "later"}},
+			Dead:      []outboxdriver.Failure{{ID: batch[2].ID, Error: "poison"}},
 		}
 		token = uuid.New()
-		next, err := store.Exchange(ctx, settle, outbox.Claim{Limit: 3, Lease: time.Minute, Token: token})
+		next, err := store.SettleAndClaim(ctx, settle, outboxdriver.Claim{Limit: 3, Lease: time.Minute, Token: token})
 		if err != nil || len(next) != 3 {
 			t.Fatalf("round %d: exchange claimed %d messages, %v; want 3", round, len(next), err)
 		}
@@ -186,7 +187,7 @@ func TestExchangeIsOneRoundTrip(t *testing.T) {
 
 	// Only a settlement: one statement, no claim.
 	c.reset()
-	if got, err := store.Exchange(ctx, outbox.Settlement{Token: token, Published: []uuid.UUID{batch[0].ID}}, outbox.Claim{}); err != nil || len(got) != 0 {
+	if got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{batch[0].ID}}, outboxdriver.Claim{}); err != nil || len(got) != 0 {
 		t.Fatalf("settle only: %d messages, %v; want none", len(got), err)
 	}
 	if c.batches.Load() != 1 || c.batchQueries.Load() != 1 {
@@ -194,7 +195,7 @@ func TestExchangeIsOneRoundTrip(t *testing.T) {
 	}
 	// Nothing to do: nothing sent.
 	c.reset()
-	if _, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{}); err != nil || c.roundTrips.Load() != 0 {
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{}); err != nil || c.roundTrips.Load() != 0 {
 		t.Fatalf("empty exchange: %v, %d round trips; want no error and nothing sent", err, c.roundTrips.Load())
 	}
 }
@@ -225,12 +226,12 @@ CREATE TRIGGER refuse_claim BEFORE UPDATE ON %[1]q.outbox FOR EACH ROW EXECUTE F
 		t.Fatalf("write: %v", err)
 	}
 	token := uuid.New()
-	if got, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 2, Lease: time.Minute, Token: token}); err != nil || len(got) != 2 {
+	if got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 2, Lease: time.Minute, Token: token}); err != nil || len(got) != 2 {
 		t.Fatalf("claim: %d, %v; want 2 messages", len(got), err)
 	}
 
-	settle := outbox.Settlement{Token: token, Published: []uuid.UUID{msgs[0].ID}, Dead: []outbox.Failure{{ID: msgs[1].ID, Error: "x"}}}
-	_, err = store.Exchange(ctx, settle, outbox.Claim{Limit: 1, Lease: time.Minute, Token: refused})
+	settle := outboxdriver.Settlement{Token: token, Published: []uuid.UUID{msgs[0].ID}, Dead: []outboxdriver.Failure{{ID: msgs[1].ID, Error: "x"}}}
+	_, err = store.SettleAndClaim(ctx, settle, outboxdriver.Claim{Limit: 1, Lease: time.Minute, Token: refused})
 	if err == nil || !strings.Contains(err.Error(), "claim refused by the test") {
 		t.Fatalf("exchange with a failing claim: %v; want the trigger's error", err)
 	}
@@ -241,7 +242,7 @@ CREATE TRIGGER refuse_claim BEFORE UPDATE ON %[1]q.outbox FOR EACH ROW EXECUTE F
 		t.Fatalf("message %s: status %q, attempts %d although its exchange failed; want pending, 0", msgs[1].ID, m.Status, m.Attempts)
 	}
 	// The same settlement goes through once the claim works.
-	got, err := store.Exchange(ctx, settle, outbox.Claim{Limit: 5, Lease: time.Minute, Token: uuid.New()})
+	got, err := store.SettleAndClaim(ctx, settle, outboxdriver.Claim{Limit: 5, Lease: time.Minute, Token: uuid.New()})
 	if err != nil || len(got) != 1 || got[0].ID != msgs[2].ID {
 		t.Fatalf("exchange: %v, %v; want message %s claimed", got, err, msgs[2].ID)
 	}
@@ -380,10 +381,10 @@ func TestPurgePublishedReturnsAtOnceWhileAnotherPurges(t *testing.T) {
 		t.Fatalf("write: %v", err)
 	}
 	token := uuid.New()
-	if _, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 1, Lease: time.Minute, Token: token}); err != nil {
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: time.Minute, Token: token}); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	if _, err := store.Exchange(ctx, outbox.Settlement{Token: token, Published: []uuid.UUID{m.ID}, KeepPublished: true}, outbox.Claim{}); err != nil {
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{m.ID}, KeepPublished: true}, outboxdriver.Claim{}); err != nil {
 		t.Fatalf("settle: %v", err)
 	}
 
@@ -417,8 +418,8 @@ func TestAdminRejectsBadLimits(t *testing.T) {
 	if _, err := store.PurgePublished(ctx, time.Now(), 0); err == nil {
 		t.Fatalf("PurgePublished with limit 0: no error; want one")
 	}
-	if _, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 1}); err == nil {
-		t.Fatalf("Exchange with a zero lease: no error; want one")
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1}); err == nil {
+		t.Fatalf("SettleAndClaim with a zero lease: no error; want one")
 	}
 	if n, err := store.DiscardDead(ctx); err != nil || n != 0 {
 		t.Fatalf("DiscardDead with no ids: %d, %v; want 0, nil (nothing discarded)", n, err)
@@ -462,7 +463,7 @@ func testClaimsAreHeapOnly(t *testing.T, payloadSize int) {
 	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	claimed, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: n, Lease: time.Minute, Token: uuid.New()})
+	claimed, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: n, Lease: time.Minute, Token: uuid.New()})
 	if err != nil || len(claimed) != n {
 		t.Fatalf("claim: %d messages, %v; want %d", len(claimed), err, n)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxsqlite"
 )
 
@@ -222,7 +223,7 @@ func TestMigratedTableWorksWithTheSQLItPrints(t *testing.T) {
 	if err := w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msg) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
-	got, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 1, Lease: time.Second, Token: uuid.New()})
+	got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: time.Second, Token: uuid.New()})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("claim: %v, %v; want message %s", got, err, msg.ID)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/headerjson"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // Store is an outbox table in an SQLite database file, used through
@@ -34,11 +35,11 @@ type Store struct {
 
 // The interfaces Store implements.
 var (
-	_ outbox.Store             = (*Store)(nil)
-	_ outbox.Admin             = (*Store)(nil)
-	_ outbox.WriteListener     = (*Store)(nil)
-	_ outbox.Inserter[*sql.Tx] = (*Store)(nil)
-	_ outbox.TxRunner[*sql.Tx] = (*Store)(nil)
+	_ outboxdriver.Store         = (*Store)(nil)
+	_ outboxdriver.Admin         = (*Store)(nil)
+	_ outboxdriver.WriteListener = (*Store)(nil)
+	_ outbox.Inserter[*sql.Tx]   = (*Store)(nil)
+	_ outbox.TxRunner[*sql.Tx]   = (*Store)(nil)
 )
 
 // New returns a Store for the table opts names, on a *sql.DB the caller
@@ -107,7 +108,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, c *sql
 	})
 }
 
-// Exchange records settle and claims the next batch in one write transaction
+// SettleAndClaim records settle and claims the next batch in one write transaction
 // (BEGIN IMMEDIATE): if any statement fails, nothing is recorded and nothing
 // is claimed. It runs one statement per non-empty outcome kind, then, if
 // claim.Limit > 0, reads the due messages and leases them. SQLite runs in
@@ -120,7 +121,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, c *sql
 // Claimed messages come back ordered by due time, then id; their
 // AvailableAt is the time they were due when claimed (the stored value is
 // now the lease's end).
-func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
+func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	if claim.Limit < 0 {
 		return nil, fmt.Errorf("outboxsqlite: exchange on %s: claim limit %d is negative", s.Name(), claim.Limit)
 	}
@@ -155,7 +156,7 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 		if err != nil {
 			return err
 		}
-		var undecodable []outbox.Failure
+		var undecodable []outboxdriver.Failure
 		if msgs, undecodable, err = collectMessages(rows); err != nil || len(msgs) == 0 {
 			return err
 		}
@@ -177,9 +178,9 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 		// them: they go to the dead letters with the reason, in the same
 		// transaction, instead of failing every claim that meets them.
 		msgs = slices.DeleteFunc(msgs, func(m outbox.Message) bool {
-			return slices.ContainsFunc(undecodable, func(f outbox.Failure) bool { return f.ID == m.ID })
+			return slices.ContainsFunc(undecodable, func(f outboxdriver.Failure) bool { return f.ID == m.ID })
 		})
-		return s.settle(ctx, c, now, outbox.Settlement{Token: claim.Token, Dead: undecodable})
+		return s.settle(ctx, c, now, outboxdriver.Settlement{Token: claim.Token, Dead: undecodable})
 	})
 	if err != nil {
 		return nil, fail(err)
@@ -188,7 +189,7 @@ func (s *Store) Exchange(ctx context.Context, settle outbox.Settlement, claim ou
 }
 
 // settle runs one statement per non-empty outcome kind of st.
-func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outbox.Settlement) error {
+func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outboxdriver.Settlement) error {
 	token := st.Token.String()
 	if len(st.Published) > 0 {
 		var err error
@@ -300,15 +301,15 @@ func (s *Store) PurgePublished(ctx context.Context, before time.Time, limit int)
 }
 
 // Stats counts messages by state with one query.
-func (s *Store) Stats(ctx context.Context) (outbox.Stats, error) {
+func (s *Store) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 	var (
-		st     outbox.Stats
+		st     outboxdriver.Stats
 		oldest sql.NullInt64
 	)
 	now := time.Now().UnixMicro()
 	err := s.db.QueryRowContext(ctx, s.stmts.stats, now).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldest)
 	if err != nil {
-		return outbox.Stats{}, fmt.Errorf("outboxsqlite: count messages in %s: %w", s.Name(), explain(err, s.path))
+		return outboxdriver.Stats{}, fmt.Errorf("outboxsqlite: count messages in %s: %w", s.Name(), explain(err, s.path))
 	}
 	if oldest.Valid {
 		st.OldestPending = time.Duration(max(now-oldest.Int64, 0)) * time.Microsecond
@@ -401,7 +402,7 @@ func (s *Store) writeCount(ctx context.Context, exec func(ctx context.Context, c
 // headers do not decode (written by hand or by another program) comes back
 // without headers and is also listed in undecodable, with the reason, so that
 // a claim can dead-letter it instead of failing every exchange that meets it.
-func collectMessages(rows *sql.Rows) (msgs []outbox.Message, undecodable []outbox.Failure, err error) {
+func collectMessages(rows *sql.Rows) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
 	defer rows.Close()
 	for rows.Next() {
 		m, headerErr, err := scanMessage(rows)
@@ -409,7 +410,7 @@ func collectMessages(rows *sql.Rows) (msgs []outbox.Message, undecodable []outbo
 			return nil, nil, err
 		}
 		if headerErr != nil {
-			undecodable = append(undecodable, outbox.Failure{ID: m.ID, Error: headerErr.Error()})
+			undecodable = append(undecodable, outboxdriver.Failure{ID: m.ID, Error: headerErr.Error()})
 		}
 		msgs = append(msgs, m)
 	}

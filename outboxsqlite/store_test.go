@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxsqlite"
 	"github.com/go-outbox/outbox/storetest"
 )
@@ -137,12 +138,12 @@ BEGIN SELECT RAISE(ABORT, 'claim refused by the test'); END`, refused))
 		t.Fatalf("write: %v", err)
 	}
 	token := uuid.New()
-	if got, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 2, Lease: time.Minute, Token: token}); err != nil || len(got) != 2 {
+	if got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 2, Lease: time.Minute, Token: token}); err != nil || len(got) != 2 {
 		t.Fatalf("claim: %d, %v; want 2 messages", len(got), err)
 	}
 
-	settle := outbox.Settlement{Token: token, Published: []uuid.UUID{msgs[0].ID}, Dead: []outbox.Failure{{ID: msgs[1].ID, Error: "x"}}}
-	_, err = store.Exchange(ctx, settle, outbox.Claim{Limit: 1, Lease: time.Minute, Token: refused})
+	settle := outboxdriver.Settlement{Token: token, Published: []uuid.UUID{msgs[0].ID}, Dead: []outboxdriver.Failure{{ID: msgs[1].ID, Error: "x"}}}
+	_, err = store.SettleAndClaim(ctx, settle, outboxdriver.Claim{Limit: 1, Lease: time.Minute, Token: refused})
 	if err == nil || !strings.Contains(err.Error(), "claim refused by the test") {
 		t.Fatalf("exchange with a failing claim: %v; want the trigger's error", err)
 	}
@@ -152,7 +153,7 @@ BEGIN SELECT RAISE(ABORT, 'claim refused by the test'); END`, refused))
 	if m, _ := store.Get(ctx, msgs[1].ID); m.Status != outbox.StatusPending || m.Attempts != 0 {
 		t.Fatalf("message %s: status %q, attempts %d although its exchange failed; want pending, 0", msgs[1].ID, m.Status, m.Attempts)
 	}
-	got, err := store.Exchange(ctx, settle, outbox.Claim{Limit: 5, Lease: time.Minute, Token: uuid.New()})
+	got, err := store.SettleAndClaim(ctx, settle, outboxdriver.Claim{Limit: 5, Lease: time.Minute, Token: uuid.New()})
 	if err != nil || len(got) != 1 || got[0].ID != msgs[2].ID {
 		t.Fatalf("exchange: %v, %v; want message %s claimed", got, err, msgs[2].ID)
 	}
@@ -172,7 +173,7 @@ func TestClaimWithNothingDueOnlyReads(t *testing.T) {
 	}
 	before := len(log.all())
 	for range 3 {
-		if got, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 10, Lease: time.Minute, Token: uuid.New()}); err != nil || len(got) != 0 {
+		if got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: uuid.New()}); err != nil || len(got) != 0 {
 			t.Fatalf("claim: %v, %v; want nothing", got, err)
 		}
 	}
@@ -310,7 +311,7 @@ func TestPurgePublishedLetsOneCallerAtATimeWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	token := uuid.New()
-	got, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: n, Lease: time.Minute, Token: token})
+	got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: n, Lease: time.Minute, Token: token})
 	if err != nil || len(got) != n {
 		t.Fatalf("claim: %d, %v", len(got), err)
 	}
@@ -318,7 +319,7 @@ func TestPurgePublishedLetsOneCallerAtATimeWork(t *testing.T) {
 	for i := range got {
 		published[i] = got[i].ID
 	}
-	if _, err := store.Exchange(ctx, outbox.Settlement{Token: token, Published: published, KeepPublished: true}, outbox.Claim{}); err != nil {
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Published: published, KeepPublished: true}, outboxdriver.Claim{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -373,11 +374,11 @@ func TestAdminRejectsBadLimits(t *testing.T) {
 	if _, err := store.PurgePublished(ctx, time.Now(), 0); err == nil {
 		t.Fatalf("PurgePublished with limit 0: no error; want one")
 	}
-	if _, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 1}); err == nil {
-		t.Fatalf("Exchange with a zero lease: no error; want one")
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1}); err == nil {
+		t.Fatalf("SettleAndClaim with a zero lease: no error; want one")
 	}
-	if _, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: -1}); err == nil {
-		t.Fatalf("Exchange with a negative limit: no error; want one")
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: -1}); err == nil {
+		t.Fatalf("SettleAndClaim with a negative limit: no error; want one")
 	}
 	if n, err := store.DiscardDead(ctx); err != nil || n != 0 {
 		t.Fatalf("DiscardDead with no ids: %d, %v; want 0, nil (nothing discarded)", n, err)

@@ -17,8 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-outbox/outbox"
 	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // Received is a message as a consumer read it from the broker.
@@ -161,7 +163,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 // EndToEnd writes messages in committed database transactions (write), runs
 // a relay with h.Publisher over store, and checks that the broker received
 // every message with its fields intact.
-func EndToEnd(t *testing.T, h Harness, store outbox.Store, write func(ctx context.Context, msgs ...*outbox.Message) error) {
+func EndToEnd(t *testing.T, h Harness, store outboxdriver.Store, write func(ctx context.Context, msgs ...*outbox.Message) error) {
 	t.Helper()
 	ctx := timeout(t, 2*time.Minute)
 	batch := Messages(h.Topic, 200)

@@ -15,18 +15,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-outbox/outbox"
 	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // Harness gives the suite one fresh, migrated, isolated outbox table.
 type Harness struct {
-	// Store is the table's store; it must implement outbox.Admin too.
-	Store outbox.Store
+	// Store is the table's store; it must implement outboxdriver.Admin too.
+	Store outboxdriver.Store
 	// KeyOrdered is the same table through a store that claims in key
 	// order (outboxpg.Options.OrderByKey, say). Nil skips the key-order
 	// test.
-	KeyOrdered outbox.Store
+	KeyOrdered outboxdriver.Store
 	// Write inserts msgs in one new transaction and commits it when commit
 	// is true (rolls back otherwise). It must not wake relays by itself.
 	Write func(ctx context.Context, commit bool, msgs ...*outbox.Message) error
@@ -197,7 +199,7 @@ func (r *Recorder) WaitFor(t testing.TB, timeout time.Duration, what string, con
 
 // StartRelay runs a relay until the test ends (logging through t) and
 // returns it. The test fails if Run does not return nil soon after.
-func StartRelay(t *testing.T, store outbox.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
+func StartRelay(t *testing.T, store outboxdriver.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Relay {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = TestLogger(t)
@@ -223,11 +225,11 @@ func StartRelay(t *testing.T, store outbox.Store, pub outbox.Publisher, cfg outb
 	return relay
 }
 
-func admin(t *testing.T, h Harness) outbox.Admin {
+func admin(t *testing.T, h Harness) outboxdriver.Admin {
 	t.Helper()
-	a, ok := h.Store.(outbox.Admin)
+	a, ok := h.Store.(outboxdriver.Admin)
 	if !ok {
-		t.Fatalf("store %T does not implement outbox.Admin", h.Store)
+		t.Fatalf("store %T does not implement outboxdriver.Admin", h.Store)
 	}
 	return a
 }

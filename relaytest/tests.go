@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-outbox/outbox"
 	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 func testRollback(t *testing.T, h Harness) {
@@ -200,7 +202,7 @@ func testUnavailableRecordsBeforePause(t *testing.T, h Harness) {
 	}
 	rec := NewRecorder()
 	rec.Fail = failDown
-	spy := &publishedSpy{Store: h.Store, watch: ok.ID, recorded: make(chan outbox.Claim, 1)}
+	spy := &publishedSpy{Store: h.Store, watch: ok.ID, recorded: make(chan outboxdriver.Claim, 1)}
 	cfg := outbox.Config{Workers: 1, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond}
 	StartRelay(t, spy, rec, cfg)
 	select {
@@ -219,14 +221,14 @@ func testUnavailableRecordsBeforePause(t *testing.T, h Harness) {
 // publishedSpy reports the claim that came with the settlement recording one
 // message as published.
 type publishedSpy struct {
-	outbox.Store
+	outboxdriver.Store
 	watch    uuid.UUID
 	once     sync.Once
-	recorded chan outbox.Claim
+	recorded chan outboxdriver.Claim
 }
 
-func (s *publishedSpy) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
-	batch, err := s.Store.Exchange(ctx, settle, claim)
+func (s *publishedSpy) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
+	batch, err := s.Store.SettleAndClaim(ctx, settle, claim)
 	if err == nil && slices.Contains(settle.Published, s.watch) {
 		s.once.Do(func() { s.recorded <- claim })
 	}
@@ -562,8 +564,8 @@ func testRetention(t *testing.T, h Harness) {
 // settlementSpy records, once, the stored state of one message right after
 // the relay recorded a retry for it.
 type settlementSpy struct {
-	outbox.Store
-	admin    outbox.Admin
+	outboxdriver.Store
+	admin    outboxdriver.Admin
 	watch    uuid.UUID
 	once     sync.Once
 	captured chan struct{}
@@ -574,9 +576,9 @@ type settlementSpy struct {
 	err           error
 }
 
-func (s *settlementSpy) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
+func (s *settlementSpy) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	before := time.Now()
-	batch, err := s.Store.Exchange(ctx, settle, claim)
+	batch, err := s.Store.SettleAndClaim(ctx, settle, claim)
 	if err != nil {
 		return batch, err
 	}

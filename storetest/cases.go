@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 var cases = []testCase{
@@ -29,7 +30,7 @@ var cases = []testCase{
 	{"dead settlement dead-letters the message with its error", testDeadSettlement},
 	{"a claim dead-letters a message whose stored headers do not decode", testUndecodableHeaders},
 	{"settlement with a stale token changes nothing", testStaleToken},
-	{"exchange settles and claims in the same call", testExchangeSettlesAndClaims},
+	{"exchange settles and claims in the same call", testSettleAndClaimSettlesAndClaims},
 	{"release makes messages due at once without counting an attempt", testRelease},
 	{"next due reports none, then the earliest pending message", testNextDue},
 	{"purge published deletes only older published messages in bounded batches", testPurgePublished},
@@ -178,17 +179,17 @@ func testConcurrentClaimers(t *testing.T, s *suite) {
 		seen    = map[uuid.UUID]int{} // id -> claimer
 	)
 	done := func() bool { return claimed.Load() >= total }
-	runClaimers(t, s.h.Store, claimers, batch, done, func(c int, token uuid.UUID, got []outbox.Message) (outbox.Settlement, string) {
+	runClaimers(t, s.h.Store, claimers, batch, done, func(c int, token uuid.UUID, got []outbox.Message) (outboxdriver.Settlement, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range got {
 			if other, dup := seen[m.ID]; dup {
-				return outbox.Settlement{}, fmt.Sprintf("message %s was claimed twice, by claimers %d and %d", m.ID, other, c)
+				return outboxdriver.Settlement{}, fmt.Sprintf("message %s was claimed twice, by claimers %d and %d", m.ID, other, c)
 			}
 			seen[m.ID] = c
 		}
 		claimed.Add(int64(len(got)))
-		return outbox.Settlement{Token: token, Published: ids(got)}, ""
+		return outboxdriver.Settlement{Token: token, Published: ids(got)}, ""
 	})
 	if t.Failed() {
 		return
@@ -212,7 +213,7 @@ func testPublishedSettlement(t *testing.T, s *suite) {
 		s.write(t, m)
 		token, _ := s.claimIDs(t, 10, longLease, m.ID)
 		before := s.now(t)
-		s.exchange(t, outbox.Settlement{Token: token, Published: []uuid.UUID{m.ID}, KeepPublished: keep}, outbox.Claim{})
+		s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{m.ID}, KeepPublished: keep}, outboxdriver.Claim{})
 		after := s.now(t)
 
 		if !keep {
@@ -263,10 +264,10 @@ func testUnsentRetry(t *testing.T, s *suite) {
 
 	// One settlement holds both kinds: each row gets its own count.
 	before := s.now(t)
-	s.exchange(t, outbox.Settlement{Token: token, Retry: []outbox.Retry{
+	s.exchange(t, outboxdriver.Settlement{Token: token, Retry: []outboxdriver.Retry{
 		{ID: unsent.ID, Delay: delay, Error: "connection refused", Unsent: true},
 		{ID: failed.ID, Delay: delay, Error: "nack"},
-	}}, outbox.Claim{})
+	}}, outboxdriver.Claim{})
 	after := s.now(t)
 
 	requireRetried(t, s.get(t, unsent.ID), 0, "connection refused", before.Add(delay), after.Add(delay))
@@ -282,7 +283,7 @@ func testRetrySettlement(t *testing.T, s *suite) {
 	token, _ := s.claimIDs(t, 10, longLease, m.ID)
 
 	before := s.now(t)
-	s.exchange(t, outbox.Settlement{Token: token, Retry: []outbox.Retry{{ID: m.ID, Delay: delay, Error: "broker unavailable"}}}, outbox.Claim{})
+	s.exchange(t, outboxdriver.Settlement{Token: token, Retry: []outboxdriver.Retry{{ID: m.ID, Delay: delay, Error: "broker unavailable"}}}, outboxdriver.Claim{})
 	after := s.now(t)
 
 	got := s.get(t, m.ID)
@@ -295,7 +296,7 @@ func testRetrySettlement(t *testing.T, s *suite) {
 	if again[0].Attempts != 1 || again[0].LastError != "broker unavailable" {
 		t.Fatalf("reclaimed message %s: attempts %d, last error %q; want 1 and the error", m.ID, again[0].Attempts, again[0].LastError)
 	}
-	s.exchange(t, outbox.Settlement{Token: token, Retry: []outbox.Retry{{ID: m.ID, Delay: 0, Error: "still down"}}}, outbox.Claim{})
+	s.exchange(t, outboxdriver.Settlement{Token: token, Retry: []outboxdriver.Retry{{ID: m.ID, Delay: 0, Error: "still down"}}}, outboxdriver.Claim{})
 	if got := s.get(t, m.ID); got.Attempts != 2 || got.LastError != "still down" {
 		t.Fatalf("message %s after a second retry: attempts %d, last error %q; want 2 and %q", m.ID, got.Attempts, got.LastError, "still down")
 	}
@@ -305,7 +306,7 @@ func testDeadSettlement(t *testing.T, s *suite) {
 	msgs := newMessages("orders.poison", 2)
 	s.write(t, msgs...)
 	token, _ := s.claimIDs(t, 10, longLease, ids(msgs)...)
-	s.exchange(t, outbox.Settlement{Token: token, Dead: []outbox.Failure{{ID: msgs[0].ID, Error: "cannot decode payload"}}}, outbox.Claim{})
+	s.exchange(t, outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: msgs[0].ID, Error: "cannot decode payload"}}}, outboxdriver.Claim{})
 
 	got := s.get(t, msgs[0].ID)
 	if got.Status != outbox.StatusDead || got.Attempts != 1 || got.LastError != "cannot decode payload" {
@@ -350,19 +351,19 @@ func testUndecodableHeaders(t *testing.T, s *suite) {
 func testStaleToken(t *testing.T, s *suite) {
 	kinds := []struct {
 		name   string
-		settle func(token, id uuid.UUID) outbox.Settlement
+		settle func(token, id uuid.UUID) outboxdriver.Settlement
 	}{
-		{"published", func(token, id uuid.UUID) outbox.Settlement {
-			return outbox.Settlement{Token: token, Published: []uuid.UUID{id}}
+		{"published", func(token, id uuid.UUID) outboxdriver.Settlement {
+			return outboxdriver.Settlement{Token: token, Published: []uuid.UUID{id}}
 		}},
-		{"published and kept", func(token, id uuid.UUID) outbox.Settlement {
-			return outbox.Settlement{Token: token, Published: []uuid.UUID{id}, KeepPublished: true}
+		{"published and kept", func(token, id uuid.UUID) outboxdriver.Settlement {
+			return outboxdriver.Settlement{Token: token, Published: []uuid.UUID{id}, KeepPublished: true}
 		}},
-		{"retry", func(token, id uuid.UUID) outbox.Settlement {
-			return outbox.Settlement{Token: token, Retry: []outbox.Retry{{ID: id, Delay: time.Hour, Error: "stale"}}}
+		{"retry", func(token, id uuid.UUID) outboxdriver.Settlement {
+			return outboxdriver.Settlement{Token: token, Retry: []outboxdriver.Retry{{ID: id, Delay: time.Hour, Error: "stale"}}}
 		}},
-		{"dead", func(token, id uuid.UUID) outbox.Settlement {
-			return outbox.Settlement{Token: token, Dead: []outbox.Failure{{ID: id, Error: "stale"}}}
+		{"dead", func(token, id uuid.UUID) outboxdriver.Settlement {
+			return outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: id, Error: "stale"}}}
 		}},
 	}
 	for _, k := range kinds {
@@ -371,7 +372,7 @@ func testStaleToken(t *testing.T, s *suite) {
 		stale, _ := s.claimIDs(t, 10, 50*time.Millisecond, m.ID)
 		current, _ := s.claimEventually(t, 10, longLease) // the lease expired; another relay takes it
 
-		s.exchange(t, k.settle(stale, m.ID), outbox.Claim{})
+		s.exchange(t, k.settle(stale, m.ID), outboxdriver.Claim{})
 		if err := s.h.Store.Release(t.Context(), stale, []uuid.UUID{m.ID}); err != nil {
 			t.Fatalf("release with a stale token: %v", err)
 		}
@@ -383,12 +384,12 @@ func testStaleToken(t *testing.T, s *suite) {
 		s.claimIDs(t, 10, longLease) // still leased to the current holder
 
 		// The current holder's settlement applies.
-		s.exchange(t, outbox.Settlement{Token: current, Published: []uuid.UUID{m.ID}}, outbox.Claim{})
+		s.exchange(t, outboxdriver.Settlement{Token: current, Published: []uuid.UUID{m.ID}}, outboxdriver.Claim{})
 		s.mustBeGone(t, m.ID)
 	}
 }
 
-func testExchangeSettlesAndClaims(t *testing.T, s *suite) {
+func testSettleAndClaimSettlesAndClaims(t *testing.T, s *suite) {
 	base := s.now(t).Add(-time.Minute)
 	msgs := newMessages("orders.exchanged", 5)
 	for i, m := range msgs {
@@ -399,8 +400,8 @@ func testExchangeSettlesAndClaims(t *testing.T, s *suite) {
 	token, _ := s.claimIDs(t, 2, longLease, msgs[0].ID, msgs[1].ID)
 	next := uuid.New()
 	got := s.exchange(t,
-		outbox.Settlement{Token: token, Published: []uuid.UUID{msgs[0].ID}, Retry: []outbox.Retry{{ID: msgs[1].ID, Delay: time.Hour, Error: "later"}}},
-		outbox.Claim{Limit: 2, Lease: longLease, Token: next})
+		outboxdriver.Settlement{Token: token, Published: []uuid.UUID{msgs[0].ID}, Retry: []outboxdriver.Retry{{ID: msgs[1].ID, Delay: time.Hour, Error: "later"}}},
+		outboxdriver.Claim{Limit: 2, Lease: longLease, Token: next})
 	if !slices.Equal(ids(got), []uuid.UUID{msgs[2].ID, msgs[3].ID}) {
 		t.Fatalf("exchange claimed %v; want %v", ids(got), []uuid.UUID{msgs[2].ID, msgs[3].ID})
 	}
@@ -409,7 +410,7 @@ func testExchangeSettlesAndClaims(t *testing.T, s *suite) {
 		t.Fatalf("message %s: attempts %d, last error %q; want the retry recorded", msgs[1].ID, r.Attempts, r.LastError)
 	}
 
-	last := s.exchange(t, outbox.Settlement{Token: next, Published: ids(got)}, outbox.Claim{Limit: 10, Lease: longLease, Token: uuid.New()})
+	last := s.exchange(t, outboxdriver.Settlement{Token: next, Published: ids(got)}, outboxdriver.Claim{Limit: 10, Lease: longLease, Token: uuid.New()})
 	if !slices.Equal(ids(last), []uuid.UUID{msgs[4].ID}) {
 		t.Fatalf("exchange claimed %v; want [%s]", ids(last), msgs[4].ID)
 	}
@@ -475,7 +476,7 @@ func testPurgePublished(t *testing.T, s *suite) {
 		t.Helper()
 		s.write(t, msgs...)
 		token, _ := s.claimIDs(t, 10, longLease, ids(msgs)...)
-		s.exchange(t, outbox.Settlement{Token: token, Published: ids(msgs), KeepPublished: true}, outbox.Claim{})
+		s.exchange(t, outboxdriver.Settlement{Token: token, Published: ids(msgs), KeepPublished: true}, outboxdriver.Claim{})
 	}
 	old := newMessages("orders.old", 5)
 	publish(old)
@@ -525,7 +526,7 @@ func testPurgePublished(t *testing.T, s *suite) {
 }
 
 func testStats(t *testing.T, s *suite) {
-	if st := s.stats(t); st != (outbox.Stats{}) {
+	if st := s.stats(t); st != (outboxdriver.Stats{}) {
 		t.Fatalf("stats of an empty table: %+v; want all zero", st)
 	}
 	msgs := newMessages("orders.counted", 5)
@@ -536,15 +537,15 @@ func testStats(t *testing.T, s *suite) {
 	s.write(t, newScheduled(s.now(t).Add(time.Hour)))
 
 	token, got := s.claimIDs(t, 3, longLease, msgs[0].ID, msgs[1].ID, msgs[2].ID)
-	s.exchange(t, outbox.Settlement{
+	s.exchange(t, outboxdriver.Settlement{
 		Token:         token,
 		Published:     []uuid.UUID{got[0].ID},
 		KeepPublished: true,
-		Dead:          []outbox.Failure{{ID: got[1].ID, Error: "bad"}},
-	}, outbox.Claim{})
+		Dead:          []outboxdriver.Failure{{ID: got[1].ID, Error: "bad"}},
+	}, outboxdriver.Claim{})
 
 	st := s.stats(t)
-	want := outbox.Stats{Pending: 4, InFlight: 1, Dead: 1, Published: 1}
+	want := outboxdriver.Stats{Pending: 4, InFlight: 1, Dead: 1, Published: 1}
 	if st.Pending != want.Pending || st.InFlight != want.InFlight || st.Dead != want.Dead || st.Published != want.Published {
 		t.Fatalf("stats: %+v; want %+v (message %s in flight)", st, want, msgs[2].ID)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // keyOrderCases need Harness.KeyOrdered.
@@ -36,7 +37,7 @@ func keyed(keys ...string) []*outbox.Message {
 func (s *suite) orderedClaim(t *testing.T, want ...uuid.UUID) uuid.UUID {
 	t.Helper()
 	token := uuid.New()
-	got, err := s.h.KeyOrdered.Exchange(t.Context(), outbox.Settlement{}, outbox.Claim{Limit: 100, Lease: longLease, Token: token})
+	got, err := s.h.KeyOrdered.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 100, Lease: longLease, Token: token})
 	if err != nil {
 		t.Fatalf("claim in key order: %v", err)
 	}
@@ -59,14 +60,14 @@ func testKeyOrderHeads(t *testing.T, s *suite) {
 		t.Fatalf("release a1: %v", err)
 	}
 	a1Token := s.orderedClaim(t, a1.ID)
-	s.exchange(t, outbox.Settlement{Token: token, Published: []uuid.UUID{b1.ID, free1.ID, free2.ID}}, outbox.Claim{})
+	s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{b1.ID, free1.ID, free2.ID}}, outboxdriver.Claim{})
 	// A published message kept for retention no longer holds its key back.
-	s.exchange(t, outbox.Settlement{Token: a1Token, Published: []uuid.UUID{a1.ID}, KeepPublished: true}, outbox.Claim{})
+	s.exchange(t, outboxdriver.Settlement{Token: a1Token, Published: []uuid.UUID{a1.ID}, KeepPublished: true}, outboxdriver.Claim{})
 	token = s.orderedClaim(t, a2.ID)
 	// Nor does a dead one.
-	s.exchange(t, outbox.Settlement{Token: token, Dead: []outbox.Failure{{ID: a2.ID, Error: "rejected"}}}, outbox.Claim{})
+	s.exchange(t, outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: a2.ID, Error: "rejected"}}}, outboxdriver.Claim{})
 	token = s.orderedClaim(t, a3.ID)
-	s.exchange(t, outbox.Settlement{Token: token, Published: []uuid.UUID{a3.ID}}, outbox.Claim{})
+	s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{a3.ID}}, outboxdriver.Claim{})
 	s.orderedClaim(t, a4.ID)
 }
 
@@ -75,8 +76,8 @@ func testKeyOrderRetryPostponesHeld(t *testing.T, s *suite) {
 	a1, a2, a3, b1 := m[0], m[1], m[2], m[3]
 	s.write(t, m...)
 	token := s.orderedClaim(t, a1.ID, b1.ID)
-	settle := outbox.Settlement{Token: token, Retry: []outbox.Retry{{ID: a1.ID, Delay: time.Hour, Error: "broker busy"}}}
-	if _, err := s.h.KeyOrdered.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
+	settle := outboxdriver.Settlement{Token: token, Retry: []outboxdriver.Retry{{ID: a1.ID, Delay: time.Hour, Error: "broker busy"}}}
+	if _, err := s.h.KeyOrdered.SettleAndClaim(t.Context(), settle, outboxdriver.Claim{}); err != nil {
 		t.Fatalf("retry a1 in key order: %v", err)
 	}
 	head := s.get(t, a1.ID).AvailableAt
@@ -105,8 +106,8 @@ func testKeyOrderKeylessMessagePassesAFailingKey(t *testing.T, s *suite) {
 	free := keyed("")[0]
 	s.write(t, free)
 	token := s.orderedClaim(t, m[0].ID)
-	settle := outbox.Settlement{Token: token, Retry: []outbox.Retry{{ID: m[0].ID, Delay: time.Hour, Error: "broker busy"}}}
-	if _, err := s.h.KeyOrdered.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
+	settle := outboxdriver.Settlement{Token: token, Retry: []outboxdriver.Retry{{ID: m[0].ID, Delay: time.Hour, Error: "broker busy"}}}
+	if _, err := s.h.KeyOrdered.SettleAndClaim(t.Context(), settle, outboxdriver.Claim{}); err != nil {
 		t.Fatalf("retry the head of key a in key order: %v", err)
 	}
 	s.orderedClaim(t, free.ID)
@@ -131,8 +132,8 @@ func testKeyOrderRetryHoldsBackItsKey(t *testing.T, s *suite) {
 
 	// Long enough that NextDue below runs well within it on a slow machine.
 	const delay = 2 * time.Second
-	settle := outbox.Settlement{Token: token, Published: []uuid.UUID{b1.ID}, Retry: []outbox.Retry{{ID: a1.ID, Delay: delay, Error: "broker busy"}}}
-	s.exchange(t, settle, outbox.Claim{})
+	settle := outboxdriver.Settlement{Token: token, Published: []uuid.UUID{b1.ID}, Retry: []outboxdriver.Retry{{ID: a1.ID, Delay: delay, Error: "broker busy"}}}
+	s.exchange(t, settle, outboxdriver.Claim{})
 	b2 := keyed("b")[0]
 	s.write(t, b2)
 	// a2 is due but a1 waits for its retry: only b moves on.
@@ -145,7 +146,7 @@ func testKeyOrderRetryHoldsBackItsKey(t *testing.T, s *suite) {
 	deadline := time.Now().Add(waitTimeout)
 	for {
 		token := uuid.New()
-		got, err := s.h.KeyOrdered.Exchange(t.Context(), outbox.Settlement{}, outbox.Claim{Limit: 100, Lease: longLease, Token: token})
+		got, err := s.h.KeyOrdered.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 100, Lease: longLease, Token: token})
 		if err != nil {
 			t.Fatalf("claim in key order: %v", err)
 		}
@@ -200,20 +201,20 @@ func testKeyOrderConcurrentClaimers(t *testing.T, s *suite) {
 		defer mu.Unlock()
 		return count == len(all)
 	}
-	runClaimers(t, s.h.KeyOrdered, claimers, batch, done, func(c int, token uuid.UUID, got []outbox.Message) (outbox.Settlement, string) {
+	runClaimers(t, s.h.KeyOrdered, claimers, batch, done, func(c int, token uuid.UUID, got []outbox.Message) (outboxdriver.Settlement, string) {
 		mu.Lock()
 		for _, m := range got {
 			if other, busy := inFlight[m.Key]; busy {
 				mu.Unlock()
-				return outbox.Settlement{}, fmt.Sprintf("claimer %d got message %s of key %s while message %s of the key was in flight", c, m.ID, m.Key, other)
+				return outboxdriver.Settlement{}, fmt.Sprintf("claimer %d got message %s of key %s while message %s of the key was in flight", c, m.ID, m.Key, other)
 			}
 			inFlight[m.Key] = m.ID
 		}
-		settle := outbox.Settlement{Token: token}
+		settle := outboxdriver.Settlement{Token: token}
 		for _, m := range got {
 			if retryOnce[m.ID] {
 				delete(retryOnce, m.ID)
-				settle.Retry = append(settle.Retry, outbox.Retry{ID: m.ID, Error: "first attempt fails"})
+				settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Error: "first attempt fails"})
 				continue
 			}
 			published[m.Key] = append(published[m.Key], m.ID)

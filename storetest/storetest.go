@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every outbox.Store must pass.
+// Package storetest is the conformance suite every outboxdriver.Store must pass.
 //
 // A store package runs it from its own tests with a function that returns a
 // fresh, migrated table for each subtest:
@@ -30,21 +30,22 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // Harness is one fresh, migrated, empty outbox table and the ways to use it.
 type Harness struct {
 	// Admin is the operator's access to the same table.
-	Admin outbox.Admin
+	Admin outboxdriver.Admin
 	// Now reads the clock the store computes due times with (for PostgreSQL,
 	// the database's clock_timestamp()). Nil means time.Now.
 	Now func(ctx context.Context) (time.Time, error)
 	// Store is the table under test.
-	Store outbox.Store
+	Store outboxdriver.Store
 	// KeyOrdered is the same table through a store that claims in key
 	// order (outboxpg.Options.OrderByKey, for example). Nil skips the
 	// key-order cases.
-	KeyOrdered outbox.Store
+	KeyOrdered outboxdriver.Store
 	// Write writes msgs in one transaction and commits it, the way
 	// applications do (through an outbox.Writer).
 	Write func(ctx context.Context, msgs ...*outbox.Message) error
@@ -125,9 +126,9 @@ func (s *suite) write(t *testing.T, msgs ...*outbox.Message) {
 	}
 }
 
-func (s *suite) exchange(t *testing.T, settle outbox.Settlement, claim outbox.Claim) []outbox.Message {
+func (s *suite) exchange(t *testing.T, settle outboxdriver.Settlement, claim outboxdriver.Claim) []outbox.Message {
 	t.Helper()
-	got, err := s.h.Store.Exchange(t.Context(), settle, claim)
+	got, err := s.h.Store.SettleAndClaim(t.Context(), settle, claim)
 	if err != nil {
 		t.Fatalf("exchange (settle %d published, %d retried, %d dead; claim %d): %v",
 			len(settle.Published), len(settle.Retry), len(settle.Dead), claim.Limit, err)
@@ -142,7 +143,7 @@ func (s *suite) exchange(t *testing.T, settle outbox.Settlement, claim outbox.Cl
 func (s *suite) claim(t *testing.T, limit int, lease time.Duration) (uuid.UUID, []outbox.Message) {
 	t.Helper()
 	token := uuid.New()
-	return token, s.exchange(t, outbox.Settlement{}, outbox.Claim{Limit: limit, Lease: lease, Token: token})
+	return token, s.exchange(t, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: limit, Lease: lease, Token: token})
 }
 
 // claimIDs claims and fails unless exactly want come back, in that order.
@@ -191,7 +192,7 @@ func (s *suite) mustBeGone(t *testing.T, id uuid.UUID) {
 	}
 }
 
-func (s *suite) stats(t *testing.T) outbox.Stats {
+func (s *suite) stats(t *testing.T) outboxdriver.Stats {
 	t.Helper()
 	st, err := s.h.Admin.Stats(t.Context())
 	if err != nil {
@@ -219,11 +220,11 @@ func (s *suite) makeDead(t *testing.T, n int) []uuid.UUID {
 	if len(got) != n {
 		t.Fatalf("claimed %d messages to dead-letter; want %d", len(got), n)
 	}
-	settle := outbox.Settlement{Token: token}
+	settle := outboxdriver.Settlement{Token: token}
 	for _, m := range got {
-		settle.Dead = append(settle.Dead, outbox.Failure{ID: m.ID, Error: "cannot decode " + m.ID.String()})
+		settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: "cannot decode " + m.ID.String()})
 	}
-	s.exchange(t, settle, outbox.Claim{})
+	s.exchange(t, settle, outboxdriver.Claim{})
 	return ids(msgs)
 }
 
@@ -287,8 +288,8 @@ func within(got, lo, hi time.Time) bool {
 // returns the settlement of what it claimed, or a failure (a broken
 // invariant) that stops that claimer. Each records its last settlement
 // before it returns. The failures are reported with t.Error.
-func runClaimers(t *testing.T, store outbox.Store, claimers, batch int, done func() bool,
-	handle func(claimer int, token uuid.UUID, got []outbox.Message) (outbox.Settlement, string)) {
+func runClaimers(t *testing.T, store outboxdriver.Store, claimers, batch int, done func() bool,
+	handle func(claimer int, token uuid.UUID, got []outbox.Message) (outboxdriver.Settlement, string)) {
 	t.Helper()
 	var (
 		failures = make(chan string, claimers)
@@ -297,10 +298,10 @@ func runClaimers(t *testing.T, store outbox.Store, claimers, batch int, done fun
 	deadline := time.Now().Add(60 * time.Second)
 	for c := range claimers {
 		wg.Go(func() {
-			var settle outbox.Settlement
+			var settle outboxdriver.Settlement
 			for !done() && time.Now().Before(deadline) {
 				token := uuid.New()
-				got, err := store.Exchange(t.Context(), settle, outbox.Claim{Limit: batch, Lease: longLease, Token: token})
+				got, err := store.SettleAndClaim(t.Context(), settle, outboxdriver.Claim{Limit: batch, Lease: longLease, Token: token})
 				if err != nil {
 					failures <- fmt.Sprintf("claimer %d: %v", c, err)
 					return
@@ -314,7 +315,7 @@ func runClaimers(t *testing.T, store outbox.Store, claimers, batch int, done fun
 					time.Sleep(time.Millisecond) // the rest is leased to others for now
 				}
 			}
-			if _, err := store.Exchange(t.Context(), settle, outbox.Claim{}); err != nil {
+			if _, err := store.SettleAndClaim(t.Context(), settle, outboxdriver.Claim{}); err != nil {
 				failures <- fmt.Sprintf("claimer %d: final settlement: %v", c, err)
 			}
 		})

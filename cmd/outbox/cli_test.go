@@ -11,8 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
@@ -71,14 +71,14 @@ func TestCLIMigrateSendStatusAndDeadLetters(t *testing.T) {
 	}
 	ctx := context.Background()
 	token := uuid.New()
-	claimed, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 10, Lease: time.Minute, Token: token})
+	claimed, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: token})
 	if err != nil || len(claimed) != 1 || claimed[0].ID != id {
 		t.Fatalf("claim = %v, %v; want the sent message %s", claimed, err, id)
 	}
 	if claimed[0].Topic != "orders.created" || claimed[0].Key != "o-1" || claimed[0].Headers["content-type"] != "application/json" || string(claimed[0].Payload) != `{"id":1}` {
 		t.Fatalf("sent message stored as %+v, fields lost", claimed[0])
 	}
-	if _, err := store.Exchange(ctx, outbox.Settlement{Token: token, Dead: []outbox.Failure{{ID: id, Error: "unknown event type"}}}, outbox.Claim{}); err != nil {
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: id, Error: "unknown event type"}}}, outboxdriver.Claim{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -97,10 +97,10 @@ func TestCLIMigrateSendStatusAndDeadLetters(t *testing.T) {
 	}
 	// Dead again, then discarded.
 	token = uuid.New()
-	if _, err := store.Exchange(ctx, outbox.Settlement{}, outbox.Claim{Limit: 10, Lease: time.Minute, Token: token}); err != nil {
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Exchange(ctx, outbox.Settlement{Token: token, Dead: []outbox.Failure{{ID: id, Error: "again"}}}, outbox.Claim{}); err != nil {
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: id, Error: "again"}}}, outboxdriver.Claim{}); err != nil {
 		t.Fatal(err)
 	}
 	if out := mustCLI(t, with("dead", "discard", id.String())...); !strings.Contains(out, "1 message(s) discarded") {

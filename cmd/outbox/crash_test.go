@@ -19,6 +19,7 @@ import (
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/clitest"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
@@ -36,7 +37,7 @@ type processDB struct {
 	// write commits msgs in one transaction.
 	write func(ctx context.Context, msgs []*outbox.Message) error
 	// stats reads the table's counts.
-	stats func(ctx context.Context) (outbox.Stats, error)
+	stats func(ctx context.Context) (outboxdriver.Stats, error)
 }
 
 // postgresDB returns a migrated table in a fresh schema of the test server.

@@ -15,13 +15,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
 // backend is one open outbox table, whatever the database.
 type backend struct {
-	store    outbox.Store
-	admin    outbox.Admin
+	store    outboxdriver.Store
+	admin    outboxdriver.Admin
 	migrator migrator
 	// send writes messages in one committed transaction and wakes relays.
 	send  func(ctx context.Context, msgs ...*outbox.Message) error

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxsqlite"
 )
 
@@ -99,10 +100,10 @@ type sqliteDB struct {
 
 // The interfaces sqliteDB passes through from the store.
 var (
-	_ outbox.Store         = (*sqliteDB)(nil)
-	_ outbox.Admin         = (*sqliteDB)(nil)
-	_ outbox.WriteListener = (*sqliteDB)(nil)
-	_ migrator             = (*sqliteDB)(nil)
+	_ outboxdriver.Store         = (*sqliteDB)(nil)
+	_ outboxdriver.Admin         = (*sqliteDB)(nil)
+	_ outboxdriver.WriteListener = (*sqliteDB)(nil)
+	_ migrator                   = (*sqliteDB)(nil)
 )
 
 func (d *sqliteDB) open(ctx context.Context, create bool) (*outboxsqlite.Store, error) {
@@ -146,12 +147,12 @@ func (d *sqliteDB) send(ctx context.Context, msgs ...*outbox.Message) error {
 
 func (d *sqliteDB) Name() string { return d.name }
 
-func (d *sqliteDB) Exchange(ctx context.Context, settle outbox.Settlement, claim outbox.Claim) ([]outbox.Message, error) {
+func (d *sqliteDB) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	s, err := d.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return s.Exchange(ctx, settle, claim)
+	return s.SettleAndClaim(ctx, settle, claim)
 }
 
 func (d *sqliteDB) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error {
@@ -196,10 +197,10 @@ func (d *sqliteDB) ListenForWrites(ctx context.Context, wake func()) error {
 	}
 }
 
-func (d *sqliteDB) Stats(ctx context.Context) (outbox.Stats, error) {
+func (d *sqliteDB) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 	s, err := d.get(ctx)
 	if err != nil {
-		return outbox.Stats{}, err
+		return outboxdriver.Stats{}, err
 	}
 	return s.Stats(ctx)
 }

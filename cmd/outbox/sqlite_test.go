@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/clitest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxsqlite"
 )
 
@@ -170,10 +171,10 @@ func TestSQLiteCLIMigrateSendStatusAndDeadLetters(t *testing.T) {
 	}
 	defer store.Close()
 	token := uuid.New()
-	if got, err := store.Exchange(t.Context(), outbox.Settlement{}, outbox.Claim{Limit: 10, Lease: time.Minute, Token: token}); err != nil || len(got) != 1 {
+	if got, err := store.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: token}); err != nil || len(got) != 1 {
 		t.Fatalf("claim: %v, %v", got, err)
 	}
-	if _, err := store.Exchange(t.Context(), outbox.Settlement{Token: token, Dead: []outbox.Failure{{ID: id, Error: "unknown event type"}}}, outbox.Claim{}); err != nil {
+	if _, err := store.SettleAndClaim(t.Context(), outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: id, Error: "unknown event type"}}}, outboxdriver.Claim{}); err != nil {
 		t.Fatal(err)
 	}
 	if out := mustCLI(t, with("dead", "list")...); !strings.Contains(out, id.String()) || !strings.Contains(out, "unknown event type") {

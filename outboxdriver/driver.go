@@ -1,11 +1,75 @@
-package outbox
+// Package outboxdriver is the contract between the relay and a store: what a
+// database package (outboxpg, outboxsqlite) implements so that an outbox.Relay
+// can claim, settle and inspect the messages of its table. Applications do not
+// call it; they use the outbox package. The storetest package is the
+// conformance suite that proves an implementation keeps the contract.
+//
+// The stored message itself (Message, Status) is defined here so that the
+// relay, every store and the application (through the aliases outbox.Message
+// and outbox.Status) share one type without an import cycle.
+package outboxdriver
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/google/uuid"
 )
+
+// ErrNotFound means no message has the given id (or none in the state the
+// operation needs, such as dead for a dead-letter retry). outbox.ErrNotFound is
+// the same value.
+var ErrNotFound = errors.New("outbox: message not found")
+
+// Status is where a stored message is in its life.
+type Status string
+
+// The statuses a stored message can have.
+const (
+	// StatusPending messages wait to be published (or are being published
+	// under a lease).
+	StatusPending Status = "pending"
+	// StatusPublished messages were confirmed by the broker and are kept only
+	// because the relay's Retention is above zero.
+	StatusPublished Status = "published"
+	// StatusDead messages failed permanently or ran out of attempts. They stay
+	// until an operator retries or discards them.
+	StatusDead Status = "dead"
+)
+
+// Message is one message to publish. Application code fills Topic, Key,
+// Payload and Headers; the writer fills ID and CreatedAt when they are zero;
+// the relay owns the remaining fields.
+type Message struct {
+	// ID identifies the message everywhere (UUIDv7, so ids sort by creation
+	// time). Consumers deduplicate on it.
+	ID uuid.UUID
+	// Topic routes the message: Kafka topic, AMQP routing key, NATS subject,
+	// event type or handler name.
+	Topic string
+	// Key orders and partitions messages (an aggregate id, say). May be empty.
+	Key string
+	// Payload is the message body, opaque to the outbox.
+	Payload []byte
+	// Headers travel with the message (content type, correlation id, trace
+	// context).
+	Headers map[string]string
+	// CreatedAt is when the message was written.
+	CreatedAt time.Time
+
+	// AvailableAt is the earliest time the relay may publish the message. When
+	// writing, zero means now; a later time schedules the message.
+	AvailableAt time.Time
+	// Attempts counts failed publish attempts so far.
+	Attempts int
+	// LastError is the error of the last failed attempt.
+	LastError string
+	// Status is the stored status.
+	Status Status
+	// PublishedAt is when the broker confirmed the message (kept rows only).
+	PublishedAt time.Time
+}
 
 // Store is the relay's access to an outbox table. Each database has its own
 // implementation (outboxpg, outboxsqlite); all of them pass the conformance
@@ -16,14 +80,14 @@ import (
 // database's clock, never the caller's, so relays on machines with skewed
 // clocks still agree.
 type Store interface {
-	// Exchange first records the outcomes in settle (if any) and then leases up
+	// SettleAndClaim first records the outcomes in settle (if any) and then leases up
 	// to claim.Limit due messages to claim.Token for claim.Lease (if
 	// claim.Limit > 0). Where the database allows, both happen in one round
 	// trip and one transaction: the per-batch statement count bounds the
 	// relay's throughput. Outcomes only apply to messages still leased to
 	// settle.Token; a message whose lease expired and was claimed again is left
 	// to its new holder.
-	Exchange(ctx context.Context, settle Settlement, claim Claim) ([]Message, error)
+	SettleAndClaim(ctx context.Context, settle Settlement, claim Claim) ([]Message, error)
 
 	// Release ends the leases of token on ids without counting an attempt, so
 	// the messages are due again at once.
