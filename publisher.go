@@ -20,15 +20,36 @@ import (
 // cancels it before the batch's lease expires.
 //
 // A publisher may be called by several relay workers at once.
+//
+// Close releases what the publisher holds: connections and clients it made
+// itself. Its owner calls it once no relay uses it any more (the relay never
+// closes a publisher). A publisher built on a client the caller passed in
+// (outboxkafka.New, outboxnats.New) leaves that client open. Publish after
+// Close fails every message retryably. Close may be called more than once.
+//
+// The broker packages construct publishers with the same three words:
+//   - New(client, cfg) wraps a client the caller owns and never connects;
+//   - Open(address, cfg) makes a client of its own without connecting, so a
+//     relay can start while the broker is down: the first Publish connects;
+//   - Dial(address, cfg) is Open, then checks within a timeout that the broker
+//     answers, and fails if not.
+//
+// A package offers the ones that fit its client (outboxamqp has no New: its
+// reconnection needs a connection of its own).
 type Publisher interface {
 	Publish(ctx context.Context, batch []Message) []error
+	Close() error
 }
 
-// PublisherFunc adapts a function to the Publisher interface.
+// PublisherFunc adapts a function to the Publisher interface. It holds
+// nothing, so its Close does nothing.
 type PublisherFunc func(ctx context.Context, batch []Message) []error
 
 // Publish calls f.
 func (f PublisherFunc) Publish(ctx context.Context, batch []Message) []error { return f(ctx, batch) }
+
+// Close does nothing and returns nil.
+func (f PublisherFunc) Close() error { return nil }
 
 // Handler processes one message in-process. It may open its own transaction
 // (the "same database, different transaction" case). Returning an error made
@@ -74,6 +95,10 @@ func (hs *Handlers) Publish(ctx context.Context, batch []Message) []error {
 	}
 	return errs
 }
+
+// Close does nothing and returns nil: handlers hold nothing of the
+// publisher's.
+func (hs *Handlers) Close() error { return nil }
 
 // callHandler turns a handler's panic into a retryable error, so one bad
 // message does not kill the relay.
@@ -134,3 +159,6 @@ func (j *JSONLines) Publish(ctx context.Context, batch []Message) []error {
 	}
 	return errs
 }
+
+// Close returns nil; it leaves W open, since its owner opened it.
+func (j *JSONLines) Close() error { return nil }

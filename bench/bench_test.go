@@ -3,7 +3,7 @@ package bench
 // The Go benchmarks against a real PostgreSQL (set TEST_DATABASE_URL). They
 // report messages or commits per second as custom metrics; compare runs with
 // benchstat, never single numbers: these machines are shared and noisy. The
-// full set of measurements, with references and the doc, is `outbox bench`
+// full set of measurements, with references and the doc, is `outbox-bench`
 // (scripts/bench).
 
 import (

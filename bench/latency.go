@@ -212,6 +212,9 @@ func newLatencyRecorder() *latencyRecorder {
 	return &latencyRecorder{published: map[uuid.UUID]time.Time{}}
 }
 
+// Close does nothing: the recorder holds no connection.
+func (r *latencyRecorder) Close() error { return nil }
+
 func (r *latencyRecorder) Publish(_ context.Context, msgs []outbox.Message) []error {
 	now := time.Now()
 	r.mu.Lock()

@@ -6,7 +6,7 @@ import (
 )
 
 // LaterRun records steps measured in a run after the report's own, merged
-// into it (`outbox bench --only brokers --merge results.json`): scripts/bench
+// into it (`outbox-bench --only brokers --merge results.json`): scripts/bench
 // measures RabbitMQ that way, so the broker's Erlang VM is not running during
 // the other measurements.
 type LaterRun struct {

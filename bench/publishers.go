@@ -29,7 +29,7 @@ var publisherFactories = struct {
 }}
 
 // RegisterPublisher makes a destination available to the relay drain by
-// name (`outbox bench --publishers name`). Broker packages register theirs
+// name (`outbox-bench --publishers name`). Broker packages register theirs
 // from files of this package (publisher_<broker>.go), so the measurements
 // themselves never change when a broker is added.
 func RegisterPublisher(name string, f PublisherFactory) {
@@ -78,6 +78,9 @@ type counting struct {
 func newCounting(pub outbox.Publisher, target int) *counting {
 	return &counting{pub: pub, target: int64(target), done: make(chan struct{})}
 }
+
+// Close closes the counted publisher.
+func (c *counting) Close() error { return c.pub.Close() }
 
 func (c *counting) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	errs := c.pub.Publish(ctx, msgs)

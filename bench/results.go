@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Report is everything one `outbox bench` run measured.
+// Report is everything one `outbox-bench` run measured.
 type Report struct {
 	Command  string
 	Machine  Machine

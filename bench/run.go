@@ -3,7 +3,7 @@
 // forwarder, measured in the same run), commit-to-publish latency, the
 // writer's cost on a business transaction, what an idle relay costs, and
 // table growth with retention on. Run runs the measurements, WriteDoc writes
-// docs/benchmarks.md with SVG charts; the CLI's `outbox bench` and
+// docs/benchmarks.md with SVG charts; `bench/cmd/outbox-bench` and
 // scripts/bench drive them. The Go benchmarks in bench_test.go measure the
 // same drains for benchstat comparisons.
 package bench

@@ -55,12 +55,13 @@
 //
 // A message to a topic that does not exist is reported after the client's
 // unknown-topic retries (kgo.UnknownTopicRetries, 4 by default, spaced by
-// kgo.MetadataMinAge): about 1 to 4 seconds with Dial's settings. Brokers
+// kgo.MetadataMinAge): about 1 to 4 seconds with Open's settings. Brokers
 // that create topics on first use (auto.create.topics.enable) do so only
 // for clients built with kgo.AllowAutoTopicCreation.
 //
-// Use Dial to let the publisher own its client, or New to publish with a
-// client the application already has. Dial sets no linger
+// Use Open (no connection at start) or Dial (fails if no broker answers) to
+// let the publisher own its client, or New to publish with a client the
+// application already has. Open and Dial set no linger
 // (kgo.ProducerLinger(0)), since the relay waits for each batch's
 // acknowledgements and a linger would only add latency, and refreshes
 // metadata sooner (MetadataMinAgeDefault); give the same options to clients

@@ -28,12 +28,16 @@ const (
 	HeaderTopic = "Outbox-Topic"
 )
 
+// DialTimeoutDefault is how long Dial waits for a broker to answer when
+// Config.DialTimeout is zero.
+const DialTimeoutDefault = 10 * time.Second
+
 // CloseTimeoutDefault is how long Close waits for buffered records to be
 // acknowledged when Config.CloseTimeout is zero.
 const CloseTimeoutDefault = 10 * time.Second
 
 // MetadataMinAgeDefault is the shortest time between two metadata refreshes
-// of a Dial publisher's client (franz-go's default is 5s). The client gives
+// of the client of an Open or Dial publisher (franz-go's default is 5s). The client gives
 // up on a topic that does not exist after a few refreshes, and refreshes
 // after a leader change: a shorter age reports a missing topic in about 4s
 // instead of 20s, and ends the stall of a batch after a broker failure
@@ -53,9 +57,12 @@ var ErrClosed = errors.New("outboxkafka: publisher closed")
 // Config configures a Publisher. The zero value sends each message to the
 // Kafka topic named like its message topic.
 type Config struct {
+	// DialTimeout bounds how long Dial waits for a seed broker to answer.
+	// Zero means DialTimeoutDefault.
+	DialTimeout time.Duration
 	// CloseTimeout bounds how long Close waits for the records still
 	// buffered to be acknowledged before it closes the client (publishers
-	// made by Dial only). Zero means CloseTimeoutDefault.
+	// made by Open or Dial only). Zero means CloseTimeoutDefault.
 	CloseTimeout time.Duration
 	// Topic, if not empty, is the Kafka topic of every message. The message
 	// topic still travels in HeaderTopic.
@@ -78,8 +85,14 @@ func (c Config) withDefaults() (Config, error) {
 			return c, &outbox.ConfigError{Field: "outboxkafka.Config.Topic", Value: fmt.Sprintf("%q", c.Topic), Fix: err.Error()}
 		}
 	}
+	if c.DialTimeout < 0 {
+		return c, &outbox.ConfigError{Field: "outboxkafka.Config.DialTimeout", Value: c.DialTimeout, Fix: "use a positive duration, or zero for the default " + DialTimeoutDefault.String()}
+	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = CloseTimeoutDefault
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DialTimeoutDefault
 	}
 	return c, nil
 }
@@ -92,8 +105,8 @@ type Publisher struct {
 	// maxBatchBytes is the client's batch limit per topic: a record larger
 	// than it alone can never be sent.
 	maxBatchBytes func(topic string) int32
-	// owned says whether Close closes the client (Dial) or leaves it to
-	// the caller (New).
+	// owned says whether Close closes the client (Open, Dial) or leaves
+	// it to the caller (New).
 	owned bool
 	// unreachable is set when a batch ran out of time and then no broker
 	// answered a ping. While it is set, Publish pings before producing and
@@ -116,7 +129,7 @@ type Publisher struct {
 // otherwise, as it does for an invalid cfg.
 func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 	if client == nil {
-		return nil, &outbox.ConfigError{Field: "outboxkafka.New client", Value: "nil", Fix: "pass a *kgo.Client, or use outboxkafka.Dial"}
+		return nil, &outbox.ConfigError{Field: "outboxkafka.New client", Value: "nil", Fix: "pass a *kgo.Client, or use outboxkafka.Open"}
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -136,16 +149,15 @@ func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 	return p, nil
 }
 
-// Dial returns a publisher with a client of its own for the seed brokers
+// Open returns a publisher with a client of its own for the seed brokers
 // (host:port), built with kgo.SeedBrokers, kgo.ProducerLinger(0),
 // kgo.MetadataMinAge(MetadataMinAgeDefault) and then opts (TLS, SASL, client
-// id...), which may override them. Dial does not
-// connect: the client connects on first use and reconnects by itself, so a
-// relay can start while Kafka is down. Close the publisher to close the
-// client.
-func Dial(seeds []string, cfg Config, opts ...kgo.Opt) (*Publisher, error) {
+// id...), which may override them. Open does not connect: the client connects
+// on first use and reconnects by itself, so a relay can start while Kafka is
+// down. Close the publisher to close the client.
+func Open(seeds []string, cfg Config, opts ...kgo.Opt) (*Publisher, error) {
 	if len(seeds) == 0 {
-		return nil, &outbox.ConfigError{Field: "outboxkafka.Dial seeds", Value: "none", Fix: "give at least one broker address, e.g. localhost:9092"}
+		return nil, &outbox.ConfigError{Field: "outboxkafka.Open seeds", Value: "none", Fix: "give at least one broker address, e.g. localhost:9092"}
 	}
 	all := append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ProducerLinger(0), kgo.MetadataMinAge(MetadataMinAgeDefault)}, opts...)
 	client, err := kgo.NewClient(all...)
@@ -161,8 +173,24 @@ func Dial(seeds []string, cfg Config, opts ...kgo.Opt) (*Publisher, error) {
 	return p, nil
 }
 
+// Dial is Open, then a ping within Config.DialTimeout: it fails, closing the
+// client, if no seed broker answers. Later outages are handled by Publish.
+func Dial(seeds []string, cfg Config, opts ...kgo.Opt) (*Publisher, error) {
+	p, err := Open(seeds, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DialTimeout)
+	defer cancel()
+	if err := p.client.Ping(ctx); err != nil {
+		_ = p.Close()
+		return nil, fmt.Errorf("outboxkafka: no broker of %s answered within %v: %w", strings.Join(seeds, ","), p.cfg.DialTimeout, err)
+	}
+	return p, nil
+}
+
 // Close stops the publisher: later Publish calls fail with ErrClosed. A
-// publisher made by Dial also waits up to Config.CloseTimeout for the
+// publisher made by Open or Dial also waits up to Config.CloseTimeout for the
 // records in flight to be acknowledged, then closes its client; records
 // still unacknowledged then fail (retryably) in the Publish calls waiting for
 // them, and Close reports them. Close is idempotent.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -188,7 +189,7 @@ type Publisher struct {
 // not stay pending. New returns a *outbox.ConfigError if cfg is invalid.
 func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	if js == nil {
-		return nil, &outbox.ConfigError{Field: "outboxnats.New js", Value: "nil", Fix: "pass a JetStream context, e.g. jetstream.New(nc), or use outboxnats.Dial"}
+		return nil, &outbox.ConfigError{Field: "outboxnats.New js", Value: "nil", Fix: "pass a JetStream context, e.g. jetstream.New(nc), or use outboxnats.Open"}
 	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -201,11 +202,20 @@ func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	return p, nil
 }
 
+// Open returns a publisher owning a connection to the NATS servers at url,
+// as Dial does, but does not fail when no server answers yet: the connection
+// keeps trying in the background (nats.RetryOnFailedConnect), and until it
+// is up every Publish fails with an unavailable error, so a relay can start
+// while NATS is down.
+func Open(url string, cfg Config) (*Publisher, error) {
+	cfg.ConnectOptions = append(slices.Clip(cfg.ConnectOptions), nats.RetryOnFailedConnect(true))
+	return Dial(url, cfg)
+}
+
 // Dial connects to the NATS servers at url (comma-separated for several;
 // user:password@ or token@ in the URL authenticate) and returns a publisher
 // owning the connection, which Close drains and closes. The connection
-// reconnects forever. Dial fails if no server answers, unless
-// Config.ConnectOptions include nats.RetryOnFailedConnect(true).
+// reconnects forever. Dial fails if no server answers (Open does not).
 func Dial(url string, cfg Config) (*Publisher, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {

@@ -127,6 +127,9 @@ func NewRecorder() *Recorder {
 	return &Recorder{counts: map[uuid.UUID]int{}, last: map[uuid.UUID]outbox.Message{}, changed: make(chan struct{}, 1)}
 }
 
+// Close does nothing: a Recorder holds no connection.
+func (r *Recorder) Close() error { return nil }
+
 // Publish records the batch.
 func (r *Recorder) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))

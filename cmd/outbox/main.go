@@ -82,7 +82,6 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newDeadCommand(g),
 		newSendCommand(g),
 		newDemoCommand(),
-		newBenchCommand(g),
 	)
 	return root
 }

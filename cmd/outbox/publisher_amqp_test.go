@@ -157,7 +157,7 @@ func TestAMQPPublisherStartsWhileTheBrokerIsUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatalf("openAMQP with no broker: %v", err)
 	}
-	defer closePublisher(pub)
+	defer pub.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if errs := pub.Publish(ctx, publishertest.Messages("created", 1)); errs[0] == nil || outbox.IsPermanent(errs[0]) {

@@ -40,7 +40,7 @@ func openKafka(raw string) (outbox.Publisher, error) {
 	if err != nil {
 		return nil, usagef("--publisher %q: %v", redactKafkaURL(raw), err)
 	}
-	p, err := outboxkafka.Dial(k.seeds, outboxkafka.Config{Topic: k.topic}, k.options()...)
+	p, err := outboxkafka.Open(k.seeds, outboxkafka.Config{Topic: k.topic}, k.options()...)
 	if err != nil {
 		return nil, usagef("--publisher %q: %v", redactKafkaURL(raw), err)
 	}

@@ -116,7 +116,7 @@ func TestKafkaPublisherOpensWhileKafkaIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("openKafka with no broker listening: %v; the relay must start and retry while Kafka is down", err)
 	}
-	if err := closePublisher(pub); err != nil {
+	if err := pub.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 }

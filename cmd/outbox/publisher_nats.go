@@ -54,7 +54,7 @@ func openNATS(raw string) (outbox.Publisher, error) {
 		Stream:         n.stream,
 		SubjectPrefix:  n.subjectPrefix,
 	}
-	p, err := outboxnats.Dial(strings.Join(n.servers, ","), cfg)
+	p, err := outboxnats.Open(strings.Join(n.servers, ","), cfg)
 	if err != nil {
 		return nil, usagef("--publisher %q: %v", redactNATSURL(raw), err)
 	}
@@ -184,9 +184,9 @@ func parseNATSURL(raw string) (natsTarget, error) {
 func natsServer(h string) (string, error) { return hostPort(h, natsDefaultPort, "server") }
 
 // options returns the connection options for n: its credentials, and a
-// connection that starts even while NATS is down.
+// name. (outboxnats.Open starts the connection even while NATS is down.)
 func (n natsTarget) options() []nats.Option {
-	opts := []nats.Option{nats.RetryOnFailedConnect(true), nats.Name("outbox relay")}
+	opts := []nats.Option{nats.Name("outbox relay")}
 	switch {
 	case n.user != "":
 		opts = append(opts, nats.UserInfo(n.user, n.password))

@@ -161,7 +161,7 @@ func TestNATSPublisherStartsWhileTheServerIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("openNATS with the server down: %v", err)
 	}
-	defer closePublisher(pub)
+	defer pub.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	batch := publishertest.Messages("created", 1)

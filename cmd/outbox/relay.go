@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -54,7 +53,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 			if err != nil {
 				return err
 			}
-			defer closePublisher(pub)
+			defer pub.Close()
 			b, err := g.open(cmd.Context(), storeMode{orderByKey: orderByKey})
 			if err != nil {
 				return err
@@ -152,14 +151,6 @@ func openPublisher(raw string, cmd *cobra.Command) (outbox.Publisher, error) {
 	default:
 		return nil, usagef("--publisher %q: unknown scheme %q; use stdout:, kafka://, amqp://, nats:// or https://", redact(raw), scheme)
 	}
-}
-
-// closePublisher closes pub if it holds connections.
-func closePublisher(pub outbox.Publisher) error {
-	if c, ok := pub.(io.Closer); ok {
-		return c.Close()
-	}
-	return nil
 }
 
 func newLogger(level string, w interface{ Write([]byte) (int, error) }) (*slog.Logger, error) {

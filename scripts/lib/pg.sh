@@ -30,11 +30,11 @@ as_root() {
 
 PG_APT_UPDATED=
 apt_update_once() {
-  [ -n "$PG_APT_UPDATED" ] || { as_root apt-get update -qq; PG_APT_UPDATED=1; }
+  [ -n "$PG_APT_UPDATED" ] || { as_root apt-get update -qq >&2; PG_APT_UPDATED=1; }
 }
 apt_install() {
   apt_update_once
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
 }
 
 # Newest installed server bin dir, or nothing. (printf, not ls: no error when none match.)

@@ -33,8 +33,8 @@ rmq_install() {
   if declare -F apt_install >/dev/null; then   # scripts/lib/pg.sh's, which updates apt once
     apt_install rabbitmq-server
   else
-    rmq_as_root apt-get update -qq
-    rmq_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server
+    rmq_as_root apt-get update -qq >&2
+    rmq_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rabbitmq-server >&2
   fi
   [ -x "$RMQ_SBIN/rabbitmq-server" ] || { rmq_log "no $RMQ_SBIN/rabbitmq-server after installing"; return 1; }
   rmq_log "rabbitmq-server installed: $(rmq_ms_since "$t0") ms"
