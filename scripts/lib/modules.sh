@@ -29,3 +29,22 @@ relpath() {
   [ "$to" = . ] && { echo "${up%/}"; return; }
   echo "$up$to"
 }
+
+# module_of DIR prints the directory of the module that holds DIR (a path from the repository
+# root, with or without ./ and a trailing /): the longest module directory that is a prefix.
+module_of() {
+  local path=${1#./} best=. m
+  path=${path%/}
+  while read -r m; do
+    [ "$m" = . ] && continue
+    if [ "$path" = "$m" ] || [[ $path == "$m"/* ]]; then [ ${#m} -gt ${#best} ] && best=$m; fi
+  done < <(modules)
+  echo "$best"
+}
+
+# package_in MODULE DIR prints DIR as a package path relative to MODULE (./..., ./sub/...).
+package_in() {
+  local path=${2#./}
+  path=${path%/}
+  if [ "$1" = . ]; then echo "./$path"; else echo ".${path#"$1"}"; fi
+}
