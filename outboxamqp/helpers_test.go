@@ -162,6 +162,9 @@ func (o *outcomes) Publish(ctx context.Context, batch []outbox.Message) []error 
 	return errs
 }
 
+// Close closes the publisher the outcomes are counted for.
+func (o *outcomes) Close() error { return o.next.Close() }
+
 func (o *outcomes) counts() (ok, failures int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -369,6 +369,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{outboxkafka.Config{Topic: "a", TopicFunc: func(outbox.Message) string { return "b" }}, "Config.Topic"},
 		{outboxkafka.Config{Topic: "no spaces"}, "Config.Topic"},
 		{outboxkafka.Config{CloseTimeout: -time.Second}, "Config.CloseTimeout"},
+		{outboxkafka.Config{DialTimeout: -time.Second}, "Config.DialTimeout"},
 	} {
 		_, err := outboxkafka.Dial([]string{"127.0.0.1:1"}, tc.cfg)
 		if !errors.Is(err, outbox.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
@@ -439,4 +440,20 @@ func mustAtoi(s string) int {
 		panic(err)
 	}
 	return n
+}
+
+func TestOpenDoesNotConnectAndDialFailsWhenNoBrokerAnswers(t *testing.T) {
+	t.Parallel()
+	closed := kafkatest.ClosedAddr(t)
+	p, err := outboxkafka.Open([]string{closed}, outboxkafka.Config{})
+	if err != nil {
+		t.Fatalf("Open with no broker listening: %v, want a publisher (it connects on first use)", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("Close of an Open publisher that never published: %v", err)
+	}
+	_, err = outboxkafka.Dial([]string{closed}, outboxkafka.Config{DialTimeout: 500 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), closed) {
+		t.Fatalf("Dial with no broker listening: %v, want an error naming %s", err, closed)
+	}
 }
