@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/go-outbox/outbox/internal/backoff"
 	"github.com/go-outbox/outbox/outboxdriver"
 )
 
@@ -171,8 +172,8 @@ func (r *Relay) isStopping() bool {
 func (r *Relay) work(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
 	var settle outboxdriver.Settlement
-	retry := newErrorBackoff()  // the store failed
-	outage := newErrorBackoff() // the destination was unavailable
+	retry := backoff.New(errorPauseMin, errorPauseMax)  // the store failed
+	outage := backoff.New(errorPauseMin, errorPauseMax) // the destination was unavailable
 	for {
 		// Take the gate's channel before claiming: an opening that happens
 		// while the claim runs is then not missed.
@@ -195,15 +196,15 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			if stopping {
 				// Keep trying to record the outcomes until publishing is
 				// aborted (Run's ctx cancelled, or Shutdown's deadline).
-				if !retry.sleep(ctx, nil) {
+				if !retry.Sleep(ctx, nil) {
 					return
 				}
 				continue
 			}
-			retry.sleep(ctx, r.stopping)
+			retry.Sleep(ctx, r.stopping)
 			continue
 		}
-		retry.reset()
+		retry.Reset()
 		settle = outboxdriver.Settlement{}
 		if stopping {
 			return
@@ -224,20 +225,20 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		default:
 		}
 		var unavailable bool
-		settle, unavailable = r.publish(ctx, claim.Token, batch, outage.next)
+		settle, unavailable = r.publish(ctx, claim.Token, batch, outage.Next())
 		r.busy.Add(-1)
 		if unavailable {
 			// The destination is down: wait before the next claim, which
 			// would meet it again. Record this batch's outcomes first: the
 			// pause may outlast the lease, after which another worker could
 			// claim and send again the messages published in it.
-			log.Warn("outbox relay: destination unavailable; messages postponed without counting an attempt", slog.Duration("pause", outage.next))
+			log.Warn("outbox relay: destination unavailable; messages postponed without counting an attempt", slog.Duration("pause", outage.Next()))
 			if r.record(ctx, settle) {
 				settle = outboxdriver.Settlement{}
 			}
-			outage.sleep(ctx, r.stopping)
+			outage.Sleep(ctx, r.stopping)
 		} else {
-			outage.reset()
+			outage.Reset()
 		}
 	}
 }
@@ -362,17 +363,7 @@ func (r *Relay) retryDelay(attempt int) time.Duration {
 // min(max, base*2^(attempt-1)). The relay draws each delay uniformly between
 // zero and this cap.
 func BackoffCap(base, max time.Duration, attempt int) time.Duration {
-	if attempt < 1 {
-		attempt = 1
-	}
-	c := base
-	for i := 1; i < attempt; i++ {
-		if c >= max/2 {
-			return max
-		}
-		c *= 2
-	}
-	return min(c, max)
+	return backoff.Cap(base, max, attempt)
 }
 
 func fullJitter(base, max time.Duration, attempt int) time.Duration {
@@ -517,26 +508,9 @@ func (g *gate) open() {
 	g.ch = make(chan struct{})
 }
 
-// errorBackoff paces retries after store errors (database down): 100 ms
-// doubling to 5 s.
-type errorBackoff struct{ next time.Duration }
-
-func newErrorBackoff() *errorBackoff { return &errorBackoff{next: 100 * time.Millisecond} }
-
-func (b *errorBackoff) reset() { b.next = 100 * time.Millisecond }
-
-// sleep waits for the next backoff step; it returns false if stop closed or
-// ctx ended first.
-func (b *errorBackoff) sleep(ctx context.Context, stop <-chan struct{}) bool {
-	t := time.NewTimer(b.next)
-	defer t.Stop()
-	b.next = min(b.next*2, 5*time.Second)
-	select {
-	case <-t.C:
-		return true
-	case <-stop:
-		return false
-	case <-ctx.Done():
-		return false
-	}
-}
+// Bounds of a worker's pause after a store error (database down), and of
+// its pause while the destination is unavailable (see Unavailable).
+const (
+	errorPauseMin = 100 * time.Millisecond
+	errorPauseMax = 5 * time.Second
+)

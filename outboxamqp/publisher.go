@@ -16,6 +16,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/backoff"
 )
 
 // Names the publisher gives a message besides the application headers.
@@ -593,7 +594,7 @@ func (p *Publisher) dial(d *dialAttempt) {
 		d.err = fmt.Errorf("connect: %w", err)
 		p.dialErr = d.err
 		p.dialFailures++
-		p.nextDial = time.Now().Add(redialDelay(p.dialFailures))
+		p.nextDial = time.Now().Add(backoff.Cap(redialMin, redialMax, p.dialFailures))
 	case p.closed:
 		d.err = ErrClosed
 	default:
@@ -616,15 +617,12 @@ func (p *Publisher) dial(d *dialAttempt) {
 	close(d.done)
 }
 
-// redialDelay is the pause after the nth failed dial in a row: 100ms,
+// Bounds of the pause after failed dials in a row: 100ms after the first,
 // doubling up to 2s, so a broker coming back is found within 2s.
-func redialDelay(failures int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < failures && d < 2*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 2*time.Second)
-}
+const (
+	redialMin = 100 * time.Millisecond
+	redialMax = 2 * time.Second
+)
 
 // dialBroker dials the broker and watches the new connection.
 func (p *Publisher) dialBroker() (*connection, error) {

@@ -120,6 +120,16 @@ type Claim struct {
 	Token uuid.UUID
 }
 
+// KeyWalkLimit bounds the keys that one claim in key order (a store's
+// OrderByKey option) visits to find the head of each, the oldest pending
+// message of its key: the claim walks the key index from key to key, in key
+// order, for at most this many keys with pending messages, so its cost does
+// not grow with the number of keys. The heads of keys beyond the walk are
+// found among the first due messages, as the front of the queue moves. Every
+// store uses this bound, so a table behaves alike whichever store claims
+// from it.
+const KeyWalkLimit = 1024
+
 // Settlement is the outcome of publishing one batch, grouped by kind so a
 // store records each kind with one statement.
 type Settlement struct {

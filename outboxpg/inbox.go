@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
 // InboxTableDefault is the inbox table used when InboxOptions.Table is empty.
@@ -57,13 +58,13 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	if table == "" {
 		table = InboxTableDefault
 	}
-	if err := validateIdent("InboxOptions.Schema", schema, MaxSchemaLength); err != nil {
+	if err := sqlident.Check("outboxpg.InboxOptions.Schema", schema, MaxSchemaLength); err != nil {
 		return nil, err
 	}
-	if err := validateIdent("InboxOptions.Table", table, MaxTableLength); err != nil {
+	if err := sqlident.Check("outboxpg.InboxOptions.Table", table, MaxTableLength); err != nil {
 		return nil, err
 	}
-	q := quoteIdent(schema) + "." + quoteIdent(table)
+	q := sqlident.Quote(schema) + "." + sqlident.Quote(table)
 	return &InboxTable{
 		pool: pool,
 		name: schema + "." + table,
@@ -77,9 +78,9 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	processed_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (consumer, message_id)
 );
-CREATE INDEX IF NOT EXISTS ` + quoteIdent(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);`,
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);`,
 		schema:  schema,
-		qSchema: quoteIdent(schema),
+		qSchema: sqlident.Quote(schema),
 		mark:    `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 		purge: `DELETE FROM ` + q + ` WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2)`,

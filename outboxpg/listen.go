@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/go-outbox/outbox/internal/backoff"
+	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
 // Bounds of the pause between reconnection attempts in ListenForWrites.
@@ -28,11 +31,11 @@ func (s *Store) ListenForWrites(ctx context.Context, wake func()) error {
 	if s.opts.PollOnly {
 		return errors.New("outboxpg: listening for writes to " + s.Name() + " is off (Options.PollOnly); the relay polls")
 	}
-	backoff := listenBackoffMin
+	retry := backoff.New(listenBackoffMin, listenBackoffMax)
 	for {
 		conn, err := s.listen(ctx)
 		if err == nil {
-			backoff = listenBackoffMin
+			retry.Reset()
 			wake()
 			for {
 				if _, err = conn.WaitForNotification(ctx); err != nil {
@@ -44,17 +47,9 @@ func (s *Store) ListenForWrites(ctx context.Context, wake func()) error {
 			_ = conn.Close(closeCtx)
 			cancel()
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !retry.Sleep(ctx, nil) {
 			return ctx.Err()
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		backoff = min(backoff*2, listenBackoffMax)
 	}
 }
 
@@ -66,7 +61,7 @@ func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("outboxpg: acquire listening connection: %w", err)
 	}
 	conn := pc.Hijack()
-	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(s.names.channel)); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+sqlident.Quote(s.names.channel)); err != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = conn.Close(closeCtx)
 		cancel()

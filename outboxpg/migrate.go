@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/migrations"
+	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
 //go:embed migrations/*.sql
@@ -36,7 +37,7 @@ var embedded = migrations.MustLoad(migrationFiles, "outboxpg")
 // substitute fills a migration's placeholders with quoted identifiers built
 // from validated names.
 func substitute(sql string, n names) string {
-	return migrations.Substitute(sql, map[string]string{"schema": n.qSchema, "table": n.qTable}, n.table, quoteIdent)
+	return migrations.Substitute(sql, map[string]string{"schema": n.qSchema, "table": n.qTable}, n.table, sqlident.Quote)
 }
 
 // Migrator creates, upgrades and drops an outbox table with the embedded,
@@ -87,10 +88,7 @@ func (m *Migrator) Down(ctx context.Context, steps int) ([]int, error) {
 // order, followed by any versions recorded in the database that this release
 // does not know.
 func (m *Migrator) List(ctx context.Context) ([]MigrationStatus, error) {
-	list := make([]MigrationStatus, len(embedded))
-	for i, mg := range embedded {
-		list[i] = MigrationStatus{Known: true, Name: mg.Name, Version: mg.Version}
-	}
+	list := migrations.Statuses(embedded)
 	if err := m.needPool("list migrations"); err != nil {
 		return nil, err
 	}
@@ -107,12 +105,7 @@ func (m *Migrator) List(ctx context.Context) ([]MigrationStatus, error) {
 		return nil, fmt.Errorf("outboxpg: list migrations of %s: %w", m.name(), err)
 	}
 	for _, a := range applied {
-		if a.Version >= 1 && a.Version <= len(list) {
-			list[a.Version-1].Applied = true
-			list[a.Version-1].AppliedAt = a.AppliedAt.UTC()
-			continue
-		}
-		list = append(list, MigrationStatus{Applied: true, AppliedAt: a.AppliedAt.UTC(), Name: a.Name, Version: a.Version})
+		list = migrations.MarkApplied(list, a.Version, a.Name, a.AppliedAt.UTC())
 	}
 	return list, nil
 }
@@ -150,17 +143,7 @@ func (m *Migrator) To(ctx context.Context, version int) ([]int, error) {
 	if err := m.needPool("migrate"); err != nil {
 		return nil, err
 	}
-	var done []int
-	for {
-		v, more, err := m.step(ctx, version)
-		if err != nil {
-			return done, err
-		}
-		if !more {
-			return done, nil
-		}
-		done = append(done, v)
-	}
+	return migrations.Walk(func() (int, bool, error) { return m.step(ctx, version) })
 }
 
 // Up applies every migration not applied yet and returns their versions.
@@ -255,13 +238,8 @@ func (m *Migrator) lockAndRead(ctx context.Context, tx pgx.Tx) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read migrations table: %w", err)
 	}
-	for i, v := range versions {
-		if v > len(embedded) {
-			return 0, fmt.Errorf("the database records migration version %d, which this release of outboxpg does not know (it knows 1 to %d); upgrade outboxpg", v, len(embedded))
-		}
-		if v != i+1 {
-			return 0, fmt.Errorf("the migrations table %s records versions %v; expected 1 to %d without gaps", m.names.qMigr, versions, len(versions))
-		}
+	if err := migrations.CheckApplied(versions, len(embedded), "outboxpg", m.names.qMigr); err != nil {
+		return 0, err
 	}
 	return len(versions), nil
 }

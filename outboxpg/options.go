@@ -4,10 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
-	"regexp"
 
-	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
 // Defaults and limits for Options.
@@ -60,8 +58,6 @@ type Options struct {
 	Table string
 }
 
-var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
-
 // names holds validated identifiers and everything derived from them. Nothing
 // else is ever put into SQL text.
 type names struct {
@@ -87,18 +83,18 @@ func (o Options) resolve() (names, error) {
 	if table == "" {
 		table = TableDefault
 	}
-	if err := validateIdent("Options.Schema", schema, MaxSchemaLength); err != nil {
+	if err := sqlident.Check("outboxpg.Options.Schema", schema, MaxSchemaLength); err != nil {
 		return names{}, err
 	}
-	if err := validateIdent("Options.Table", table, MaxTableLength); err != nil {
+	if err := sqlident.Check("outboxpg.Options.Table", table, MaxTableLength); err != nil {
 		return names{}, err
 	}
 	n := names{
 		schema:  schema,
 		table:   table,
-		qSchema: quoteIdent(schema),
-		qTable:  quoteIdent(schema) + "." + quoteIdent(table),
-		qMigr:   quoteIdent(schema) + "." + quoteIdent(table+"_migrations"),
+		qSchema: sqlident.Quote(schema),
+		qTable:  sqlident.Quote(schema) + "." + sqlident.Quote(table),
+		qMigr:   sqlident.Quote(schema) + "." + sqlident.Quote(table+"_migrations"),
 		channel: channelName(schema, table),
 	}
 	n.purgeLockKey = lockKey("outboxpg purge " + schema + "." + table)
@@ -107,23 +103,6 @@ func (o Options) resolve() (names, error) {
 	n.migrateLockKey = lockKey("outboxpg migrate")
 	return n, nil
 }
-
-func validateIdent(field, value string, max int) error {
-	switch {
-	case len(value) > max:
-		return &outbox.ConfigError{Field: "outboxpg." + field, Value: fmt.Sprintf("%q", value),
-			Fix: fmt.Sprintf("is %d bytes; use at most %d", len(value), max)}
-	case !identRE.MatchString(value):
-		return &outbox.ConfigError{Field: "outboxpg." + field, Value: fmt.Sprintf("%q", value),
-			Fix: "use lower-case letters, digits and underscores, not starting with a digit (^[a-z_][a-z0-9_]*$)"}
-	}
-	return nil
-}
-
-// quoteIdent quotes an identifier that validateIdent accepted. Quoting is
-// belt and braces: a valid name has no character that needs escaping, and
-// quoting keeps reserved words such as "order" usable.
-func quoteIdent(s string) string { return `"` + s + `"` }
 
 // channelName derives the NOTIFY channel from the table's names. Channel names
 // are identifiers (at most 63 bytes), so long names are cut and made unique

@@ -3,6 +3,8 @@ package outboxpg
 import (
 	"strconv"
 	"strings"
+
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // statements holds every SQL text of a table, built once from validated names.
@@ -31,10 +33,6 @@ type statements struct {
 	retryAll    string
 	discardDead string // $1 ids
 }
-
-// keyWalkLimit bounds how many keys a claim in key order visits to find
-// their heads.
-const keyWalkLimit = 1024
 
 // messageColumns are scanned by scanMessage, in this order.
 const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
@@ -71,16 +69,16 @@ func newStatements(n names, orderByKey bool) statements {
 		// candidates are the first due rows (at most 100: messages without
 		// a key, and the heads among them) plus the head of each key,
 		// found by walking the key index from key to key (a loose index
-		// scan: two probes per key), for at most keyWalkLimit keys in key
-		// order. Keys beyond that are reached as the front of the queue
-		// moves. On a backlog of 50,000 over 64 keys
+		// scan: two probes per key), for at most outboxdriver.KeyWalkLimit
+		// keys in key order. Keys beyond that are reached as the front of
+		// the queue moves. On a backlog of 50,000 over 64 keys
 		// (BenchmarkRelayDrainKeyOrder, docs/benchmarks.md) the plain
 		// scan drained 150 msgs/s, this about 7,000.
 		claimWith = `WITH RECURSIVE walk (key, n) AS (
 	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
 	UNION ALL
 	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
-	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < ` + strconv.Itoa(keyWalkLimit) + `
+	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < ` + strconv.Itoa(outboxdriver.KeyWalkLimit) + `
 ), candidate AS (
 	SELECT (SELECT e.ctid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.seq LIMIT 1) AS ctid
 	FROM walk AS w WHERE w.key IS NOT NULL

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox"
-	"github.com/go-outbox/outbox/internal/headerjson"
+	"github.com/go-outbox/outbox/internal/sqlrow"
 	"github.com/go-outbox/outbox/outboxdriver"
 )
 
@@ -336,56 +336,31 @@ func (s *Store) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) 
 	return int(tag.RowsAffected()), nil
 }
 
-// collectMessages reads rows of messageColumns and closes rows. A row whose
-// headers do not decode (written by hand or by another program) comes back
-// without headers and is also listed in undecodable, with the reason, so that
-// a claim can dead-letter it instead of failing every exchange that meets it.
+// collectMessages reads rows of messageColumns (see sqlrow.Collect) and
+// closes rows.
 func collectMessages(rows pgx.Rows) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
-	for rows.Next() {
-		m, headerErr, err := scanMessage(rows)
-		if err != nil {
-			rows.Close()
-			return nil, nil, err
-		}
-		if headerErr != nil {
-			undecodable = append(undecodable, outboxdriver.Failure{ID: m.ID, Error: headerErr.Error()})
-		}
-		msgs = append(msgs, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
-	}
-	return msgs, undecodable, nil
+	defer rows.Close()
+	return sqlrow.Collect(rows, scanMessage)
 }
 
 // scanMessage reads one row of messageColumns. headerErr says why its headers
 // do not decode; the message is then returned without them.
-func scanMessage(row pgx.Row) (m outbox.Message, headerErr, err error) {
+func scanMessage(rows pgx.Rows) (m outbox.Message, headerErr, err error) {
 	var (
 		headers     []byte
 		lastError   pgtype.Text
 		status      string
 		publishedAt pgtype.Timestamptz
 	)
-	err = row.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt, &m.AvailableAt,
+	err = rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt, &m.AvailableAt,
 		&m.Attempts, &lastError, &status, &publishedAt)
 	if err != nil {
 		return outbox.Message{}, nil, err
 	}
-	if headers != nil {
-		if m.Headers, headerErr = headerjson.Decode(headers); headerErr != nil {
-			headerErr = fmt.Errorf("outboxpg: message %s cannot be published: its stored headers do not decode: %w", m.ID, headerErr)
-		}
-	}
-	if m.Payload == nil {
-		m.Payload = []byte{}
-	}
-	m.CreatedAt = m.CreatedAt.UTC()
-	m.AvailableAt = m.AvailableAt.UTC()
-	m.LastError = lastError.String
-	m.Status = outbox.Status(status)
+	c := sqlrow.Columns{Headers: headers, HasHeaders: headers != nil, LastError: lastError.String, Status: status}
 	if publishedAt.Valid {
-		m.PublishedAt = publishedAt.Time.UTC()
+		c.PublishedAt = publishedAt.Time
 	}
+	headerErr = sqlrow.Fill(&m, "outboxpg", c)
 	return m, headerErr, nil
 }

@@ -3,15 +3,15 @@ package outboxpg
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/sqlrow"
+	"github.com/go-outbox/outbox/internal/txn"
 )
 
 // InsertTx inserts msgs in tx with one statement, whatever their number: the
@@ -41,17 +41,14 @@ func (s *Store) RunInTx(ctx context.Context, fn func(tx pgx.Tx) error) (err erro
 	if err != nil {
 		return fmt.Errorf("outboxpg: begin transaction: %w", err)
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			panic(r)
-		}
-	}()
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
+	commit := func(tx pgx.Tx) error { return commitError(tx.Commit(ctx)) }
+	return txn.Run(tx, fn, commit, func(tx pgx.Tx) { _ = tx.Rollback(context.WithoutCancel(ctx)) })
+}
+
+// commitError wraps the error of a failed commit, if any, so that it reads
+// apart from fn's errors, which RunInTx returns as is.
+func commitError(err error) error {
+	if err != nil {
 		return fmt.Errorf("outboxpg: commit transaction: %w", err)
 	}
 	return nil
@@ -107,20 +104,8 @@ func (w *SQLWriter) RunInTx(ctx context.Context, fn func(tx *sql.Tx) error) (err
 	if err != nil {
 		return fmt.Errorf("outboxpg: begin transaction: %w", err)
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			_ = tx.Rollback()
-			panic(r)
-		}
-	}()
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("outboxpg: commit transaction: %w", err)
-	}
-	return nil
+	commit := func(tx *sql.Tx) error { return commitError(tx.Commit()) }
+	return txn.Run(tx, fn, commit, func(tx *sql.Tx) { _ = tx.Rollback() })
 }
 
 // inserter builds the insert statement and its arguments; both drivers use it.
@@ -149,26 +134,16 @@ func (in *inserter) build(msgs []*outbox.Message) (string, []any, error) {
 		due      = make([]*time.Time, len(msgs))
 	)
 	for i, m := range msgs {
-		if m == nil {
-			return "", nil, fmt.Errorf("outboxpg: insert into %s: message %d of %d is nil", in.name, i, len(msgs))
-		}
-		if m.ID == uuid.Nil {
-			return "", nil, fmt.Errorf("outboxpg: insert into %s: message %d of %d (topic %q) has no ID; write through outbox.Writer, which assigns one",
-				in.name, i, len(msgs), m.Topic)
+		payload, encoded, err := sqlrow.Insertable("outboxpg", in.name, m, i, len(msgs))
+		if err != nil {
+			return "", nil, err
 		}
 		ids[i] = pgUUID(m.ID)
 		topics[i] = m.Topic
 		keys[i] = m.Key
-		payloads[i] = m.Payload
-		if payloads[i] == nil {
-			payloads[i] = []byte{} // the column is NOT NULL; nil encodes as NULL
-		}
-		if len(m.Headers) > 0 {
-			b, err := json.Marshal(m.Headers)
-			if err != nil {
-				return "", nil, fmt.Errorf("outboxpg: insert into %s: encode headers of message %s: %w", in.name, m.ID, err)
-			}
-			h := string(b)
+		payloads[i] = payload
+		if encoded != nil {
+			h := string(encoded)
 			headers[i] = &h
 		}
 		if !m.CreatedAt.IsZero() {

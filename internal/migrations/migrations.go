@@ -153,3 +153,60 @@ func Dump(ms []Migration, d Direction, fill func(string) string) string {
 	}
 	return b.String()
 }
+
+// Statuses returns the status of every migration in ms as not applied, in
+// version order: a Migrator's List starts from it and marks what the
+// database records with MarkApplied.
+func Statuses(ms []Migration) []Status {
+	list := make([]Status, len(ms))
+	for i, m := range ms {
+		list[i] = Status{Known: true, Name: m.Name, Version: m.Version}
+	}
+	return list
+}
+
+// MarkApplied marks version as applied at at in list, which Statuses made,
+// and returns list. A version that list does not hold (the table was
+// migrated by a newer release) is appended as unknown, with the name the
+// database recorded.
+func MarkApplied(list []Status, version int, name string, at time.Time) []Status {
+	if version >= 1 && version <= len(list) {
+		list[version-1].Applied = true
+		list[version-1].AppliedAt = at
+		return list
+	}
+	return append(list, Status{Applied: true, AppliedAt: at, Name: name, Version: version})
+}
+
+// CheckApplied checks the versions a migrations table records, in order,
+// before a Migrator adds or removes one: they must run from 1 without gaps
+// and stay within the known versions 1 to known. pkg names the store and
+// table the migrations table in the errors.
+func CheckApplied(versions []int, known int, pkg, table string) error {
+	for i, v := range versions {
+		if v > known {
+			return fmt.Errorf("the database records migration version %d, which this release of %s does not know (it knows 1 to %d); upgrade %s", v, pkg, known, pkg)
+		}
+		if v != i+1 {
+			return fmt.Errorf("the migrations table %s records versions %v; expected 1 to %d without gaps", table, versions, len(versions))
+		}
+	}
+	return nil
+}
+
+// Walk calls step, which applies or reverts one migration (each in a
+// transaction of its own), until step changes nothing or fails, and returns
+// the versions it changed, in order; on failure, those changed before it.
+func Walk(step func() (version int, changed bool, err error)) ([]int, error) {
+	var done []int
+	for {
+		v, changed, err := step()
+		if err != nil {
+			return done, err
+		}
+		if !changed {
+			return done, nil
+		}
+		done = append(done, v)
+	}
+}
