@@ -47,18 +47,18 @@ func TestEndToEndThroughPostgres(t *testing.T) {
 	})
 }
 
-// harness publishes with a Dial publisher to a fresh one-partition topic
+// harness publishes with an Open publisher to a fresh one-partition topic
 // named like the message topic.
 func harness(t *testing.T) publishertest.Harness {
 	c := kafkatest.Start(t)
 	topic := c.Topic(t, 1, nil)
-	p := dial(t, c, outboxkafka.Config{})
+	p := openPublisher(t, c, outboxkafka.Config{})
 	return publishertest.Harness{
 		Publisher: p,
 		Topic:     topic,
 		Receive:   receiver(c.Consume(t, topic)),
 		Unreachable: func(t *testing.T) outbox.Publisher {
-			return dial(t, nil, outboxkafka.Config{}, kgo.SeedBrokers(kafkatest.ClosedAddr(t)))
+			return openPublisher(t, nil, outboxkafka.Config{}, kgo.SeedBrokers(kafkatest.ClosedAddr(t)))
 		},
 		Invalid: func() outbox.Message {
 			m := publishertest.Messages(topic, 1)[0]

@@ -64,7 +64,7 @@ func TestBrokerErrorsMapToOutcomes(t *testing.T) {
 			c.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: tc.err, Count: tc.count})
 			// Frequent metadata refreshes keep the client's own retries
 			// short.
-			p := dial(t, c, outboxkafka.Config{}, kgo.MetadataMinAge(50*time.Millisecond))
+			p := openPublisher(t, c, outboxkafka.Config{}, kgo.MetadataMinAge(50*time.Millisecond))
 			batch := publishertest.Messages(topic, 10)
 			if tc.wait == 0 {
 				tc.wait = 10 * time.Second

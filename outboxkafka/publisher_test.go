@@ -25,17 +25,17 @@ import (
 // against kfake and against a real cluster.
 var oversized = bytes.Repeat([]byte{'x'}, 1<<20+1)
 
-// dial returns a publisher on c (or on the seeds in opts when c is nil),
+// openPublisher returns a publisher made by Open on c (or on the seeds in opts when c is nil),
 // closed when the test ends.
-func dial(t *testing.T, c *kafkatest.Cluster, cfg outboxkafka.Config, opts ...kgo.Opt) *outboxkafka.Publisher {
+func openPublisher(t *testing.T, c *kafkatest.Cluster, cfg outboxkafka.Config, opts ...kgo.Opt) *outboxkafka.Publisher {
 	t.Helper()
 	seeds := []string{"127.0.0.1:1"} // replaced by a kgo.SeedBrokers option
 	if c != nil {
 		seeds = c.Seeds()
 	}
-	p, err := outboxkafka.Dial(seeds, cfg, opts...)
+	p, err := outboxkafka.Open(seeds, cfg, opts...)
 	if err != nil {
-		t.Fatalf("Dial: %v", err)
+		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
@@ -123,7 +123,7 @@ func TestMessagesOfOneKeyLandOnOnePartition(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
 	topic := c.Topic(t, 4, nil)
-	p := dial(t, c, outboxkafka.Config{})
+	p := openPublisher(t, c, outboxkafka.Config{})
 	batch := publishertest.Messages(topic, 100) // keys key-0 ... key-4
 	requireOK(t, batch, p.Publish(ctxTimeout(t, 30*time.Second), batch))
 
@@ -167,7 +167,7 @@ func TestRecordCarriesIDTopicKeyAndSortedHeaders(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
 	topic := c.Topic(t, 1, nil)
-	p := dial(t, c, outboxkafka.Config{})
+	p := openPublisher(t, c, outboxkafka.Config{})
 	batch := publishertest.Messages(topic, 2)
 	batch[0].Headers = map[string]string{"b": "2", "a": "1", "outbox-message-id": "forged"}
 	batch[1].Key, batch[1].Payload, batch[1].Headers = "", nil, nil
@@ -205,7 +205,7 @@ func TestTopicAndTopicFuncChooseTheKafkaTopic(t *testing.T) {
 	fixed, routed := c.Topic(t, 1, nil), c.Topic(t, 1, nil)
 
 	msgs := publishertest.Messages("orders.created", 1)
-	p := dial(t, c, outboxkafka.Config{Topic: fixed})
+	p := openPublisher(t, c, outboxkafka.Config{Topic: fixed})
 	requireOK(t, msgs, p.Publish(ctxTimeout(t, 30*time.Second), msgs))
 	r, err := c.Consume(t, fixed).Next(ctxTimeout(t, 30*time.Second), 1)
 	if err != nil {
@@ -216,7 +216,7 @@ func TestTopicAndTopicFuncChooseTheKafkaTopic(t *testing.T) {
 	}
 
 	msgs = publishertest.Messages("orders.shipped", 1)
-	p = dial(t, c, outboxkafka.Config{TopicFunc: func(m outbox.Message) string {
+	p = openPublisher(t, c, outboxkafka.Config{TopicFunc: func(m outbox.Message) string {
 		if strings.HasPrefix(m.Topic, "orders.") {
 			return routed
 		}
@@ -238,7 +238,7 @@ func TestRecordOverTheTopicLimitIsPermanentAndSparesItsBatch(t *testing.T) {
 	// The broker, not the client, refuses: the topic's limit is far below
 	// the client's batch limit.
 	topic := c.Topic(t, 1, map[string]string{"max.message.bytes": "4096"})
-	p := dial(t, c, outboxkafka.Config{})
+	p := openPublisher(t, c, outboxkafka.Config{})
 	batch := publishertest.Messages(topic, 20)
 	big := 7
 	batch[big].Payload = make([]byte, 8192)
@@ -276,7 +276,7 @@ func TestRecordOverTheTopicLimitIsPermanentAndSparesItsBatch(t *testing.T) {
 
 func TestRecordOverTheClientLimitIsPermanentWithoutASend(t *testing.T) {
 	t.Parallel()
-	p := dial(t, nil, outboxkafka.Config{}, kgo.SeedBrokers(kafkatest.ClosedAddr(t)))
+	p := openPublisher(t, nil, outboxkafka.Config{}, kgo.SeedBrokers(kafkatest.ClosedAddr(t)))
 	m := publishertest.Messages("orders", 1)
 	m[0].Payload = oversized
 	errs := p.Publish(ctxTimeout(t, 5*time.Second), m)
@@ -288,7 +288,7 @@ func TestRecordOverTheClientLimitIsPermanentWithoutASend(t *testing.T) {
 func TestUnknownTopicIsPermanent(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
-	p := dial(t, c, outboxkafka.Config{})
+	p := openPublisher(t, c, outboxkafka.Config{})
 	batch := publishertest.Messages("outbox-test-never-created-"+strings.ReplaceAll(t.Name(), "/", "-"), 2)
 	start := time.Now()
 	errs := p.Publish(ctxTimeout(t, 30*time.Second), batch)
@@ -308,7 +308,7 @@ func TestInvalidTopicNameIsPermanent(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
 	topic := c.Topic(t, 1, nil)
-	p := dial(t, c, outboxkafka.Config{})
+	p := openPublisher(t, c, outboxkafka.Config{})
 	batch := publishertest.Messages(topic, 3)
 	batch[1].Topic = "orders created" // valid as a message topic, not as a Kafka topic
 	errs := p.Publish(ctxTimeout(t, 30*time.Second), batch)
@@ -407,7 +407,7 @@ func TestConcurrentPublishAndClose(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
 	topic := c.Topic(t, 2, nil)
-	p := dial(t, c, outboxkafka.Config{})
+	p := openPublisher(t, c, outboxkafka.Config{})
 	ctx := ctxTimeout(t, 30*time.Second)
 	done := make(chan []error, 8)
 	for range cap(done) {

@@ -29,8 +29,9 @@ var build = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "outbox")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/outbox")
-	cmd.Dir = root
+	// cmd/outbox is a module of its own: build it in its directory.
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join(root, "cmd", "outbox")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/outbox: %v\n%s", err, out)
 	}
