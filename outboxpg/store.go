@@ -67,8 +67,8 @@ func (s *Store) Name() string { return s.ins.name }
 //
 // One statement is sent per non-empty outcome kind, then the claim if
 // claim.Limit > 0. Claimed messages come back ordered by due time, then id;
-// their AvailableAt is the time they were due when claimed (the stored value
-// is now the lease's end).
+// their AvailableAt is the time they were due (the lease is kept apart, in
+// locked_until, so available_at keeps their place in the queue).
 func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	if claim.Limit < 0 {
 		return nil, fmt.Errorf("outboxpg: exchange on %s: claim limit %d is negative", s.Name(), claim.Limit)

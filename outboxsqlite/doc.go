@@ -37,19 +37,22 @@
 //
 // Options.Table names the table (default "outbox"), validated as a
 // lower-case identifier and only ever put into SQL quoted. The migrations
-// have the same version numbers as outboxpg's (001_create_outbox) and make
-// the same columns: ids and lease tokens are UUID text, times are integer
-// microseconds since the Unix epoch (so they compare and sort as numbers),
-// headers are JSON text, and the table is STRICT. The migrator records
-// applied versions in <table>_migrations. Partial indexes on pending, dead
-// and published rows keep the claim, the idle probe, dead-letter listing and
-// retention cheap however large one of these sets grows.
+// make the same columns as outboxpg's but seq (the rowid keeps the insert
+// order), numbered in another order: key order is migration 2 here and 3
+// there, the lease column 3 here and 2 there. Ids and lease tokens are UUID
+// text, times are integer microseconds since the Unix epoch (so they compare
+// and sort as numbers), headers are JSON text, and the table is STRICT. The
+// migrator records applied versions in <table>_migrations. Partial indexes
+// on pending, leased, dead and published rows keep the claim, the idle
+// probe, dead-letter listing and retention cheap however large one of these
+// sets grows.
 //
 // A row is a message. Its status is pending, published (kept only for the
 // relay's retention period) or dead. available_at says when a pending
-// message is due; a claim sets it to the end of the lease together with
-// lease_token, so the lease needs no column of its own and a crashed
-// relay's messages are due again when their leases run out.
+// message is due; a claim leaves it alone and sets locked_until, the end of
+// the lease (migration 3), together with lease_token, as outboxpg does. A
+// crashed relay's messages are due again when their leases run out, in their
+// old place in the queue.
 //
 // # Locking
 //
@@ -59,7 +62,7 @@
 // due rows and leases them with no other writer in between, in this
 // process or another: two relays can never claim the same message, and an
 // exchange records the last batch's outcomes and claims the next batch
-// all or nothing. Nothing is held while publishing: the lease (available_at
+// all or nothing. Nothing is held while publishing: the lease (locked_until
 // and lease_token) is what keeps other relays off a claimed batch.
 //
 // Writers of one Store (its own and RunInTx's) queue in the process before

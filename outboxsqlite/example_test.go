@@ -78,6 +78,15 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxsqlite.DirectionDown))
 	// Output:
+	// -- 003_lease_column.down.sql
+	// -- Leases in force go back into available_at, where versions 1 and 2 keep them:
+	// -- the row is due again when its lease ends.
+	// UPDATE "outbox" SET available_at = max(available_at, locked_until)
+	// WHERE status = 'pending' AND lease_token IS NOT NULL
+	// 	AND locked_until > CAST(unixepoch('subsec') * 1000000 AS INTEGER);
+	//
+	// DROP INDEX "outbox_leased_idx";
+	// ALTER TABLE "outbox" DROP COLUMN locked_until;
 	// -- 002_key_order.down.sql
 	// DROP INDEX "outbox_key_idx";
 	// -- 001_create_outbox.down.sql

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
 // InboxTableDefault is the inbox table used when NewInboxTable's table is
@@ -64,7 +65,7 @@ func NewInboxTable(store *Store, table string) (*InboxTable, error) {
 	processed_at INTEGER NOT NULL,
 	PRIMARY KEY (consumer, message_id)
 ) STRICT, WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ` + quoteIdent(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);`,
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);`,
 		mark: `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING`,
 		purge: `DELETE FROM ` + q + ` WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` WHERE processed_at < ?1 ORDER BY processed_at LIMIT ?2)`,

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/go-outbox/outbox/internal/backoff"
 )
 
 // Bounds of the pause between attempts to restart the watcher in
@@ -105,17 +107,12 @@ func (w *watchers) wakeAll() {
 // watchUntil runs the watcher until ctx is done, starting it again after
 // failures with a backoff.
 func (s *Store) watchUntil(ctx context.Context, wake func()) {
-	backoff := listenBackoffMin
+	retry := backoff.New(listenBackoffMin, listenBackoffMax)
 	for {
-		_ = s.watch(ctx, wake, func() { backoff = listenBackoffMin }) // the relays poll meanwhile
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		_ = s.watch(ctx, wake, retry.Reset) // the relays poll meanwhile
+		if !retry.Sleep(ctx, nil) {
 			return
-		case <-t.C:
 		}
-		backoff = min(backoff*2, listenBackoffMax)
 	}
 }
 

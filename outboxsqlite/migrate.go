@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/migrations"
+	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
 //go:embed migrations/*.sql
@@ -34,7 +35,7 @@ var embedded = migrations.MustLoad(migrationFiles, "outboxsqlite")
 // from validated names. Index names carry the table's name because SQLite's
 // index names are global to the database file.
 func substitute(sql string, s settings) string {
-	return migrations.Substitute(sql, map[string]string{"table": s.qTable}, s.table, quoteIdent)
+	return migrations.Substitute(sql, map[string]string{"table": s.qTable}, s.table, sqlident.Quote)
 }
 
 // Migrator creates, upgrades and drops an outbox table with the embedded,
@@ -91,10 +92,7 @@ func (m *Migrator) Down(ctx context.Context, steps int) ([]int, error) {
 // order, followed by any versions recorded in the database that this release
 // does not know. It only reads.
 func (m *Migrator) List(ctx context.Context) ([]MigrationStatus, error) {
-	list := make([]MigrationStatus, len(embedded))
-	for i, mg := range embedded {
-		list[i] = MigrationStatus{Known: true, Name: mg.Name, Version: mg.Version}
-	}
+	list := migrations.Statuses(embedded)
 	if err := m.needDB("list migrations"); err != nil {
 		return nil, err
 	}
@@ -120,13 +118,7 @@ func (m *Migrator) List(ctx context.Context) ([]MigrationStatus, error) {
 		if err := rows.Scan(&version, &name, &at); err != nil {
 			return nil, fmt.Errorf("outboxsqlite: list migrations of %s: %w", m.set.table, err)
 		}
-		appliedAt := time.UnixMicro(at).UTC()
-		if version >= 1 && version <= len(list) {
-			list[version-1].Applied = true
-			list[version-1].AppliedAt = appliedAt
-			continue
-		}
-		list = append(list, MigrationStatus{Applied: true, AppliedAt: appliedAt, Name: name, Version: version})
+		list = migrations.MarkApplied(list, version, name, time.UnixMicro(at).UTC())
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("outboxsqlite: list migrations of %s: %w", m.set.table, err)
@@ -156,17 +148,7 @@ func (m *Migrator) To(ctx context.Context, version int) ([]int, error) {
 	if err := m.needDB("migrate"); err != nil {
 		return nil, err
 	}
-	var done []int
-	for {
-		v, more, err := m.step(ctx, version)
-		if err != nil {
-			return done, err
-		}
-		if !more {
-			return done, nil
-		}
-		done = append(done, v)
-	}
+	return migrations.Walk(func() (int, bool, error) { return m.step(ctx, version) })
 }
 
 // Up applies every migration not applied yet and returns their versions.
@@ -246,13 +228,8 @@ func (m *Migrator) prepare(ctx context.Context, c *sql.Conn) (int, error) {
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("read migrations table: %w", err)
 	}
-	for i, v := range versions {
-		if v > len(embedded) {
-			return 0, fmt.Errorf("the database records migration version %d, which this release of outboxsqlite does not know (it knows 1 to %d); upgrade outboxsqlite", v, len(embedded))
-		}
-		if v != i+1 {
-			return 0, fmt.Errorf("the migrations table %s records versions %v; expected 1 to %d without gaps", m.set.qMigr, versions, len(versions))
-		}
+	if err := migrations.CheckApplied(versions, len(embedded), "outboxsqlite", m.set.qMigr); err != nil {
+		return 0, err
 	}
 	return len(versions), nil
 }

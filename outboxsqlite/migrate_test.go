@@ -241,3 +241,123 @@ func TestMigratedTableWorksWithTheSQLItPrints(t *testing.T) {
 		t.Fatalf("the table survived SQL(down)")
 	}
 }
+
+// Migration 3 moves the lease from available_at, where versions 1 and 2 keep
+// it, to locked_until. Leases in force are carried over both ways; expired
+// ones and unleased rows stay as they are.
+func TestMigrationThreeCarriesLeasesOverBothWays(t *testing.T) {
+	t.Parallel()
+	store := openFile(t, outboxsqlite.Options{})
+	db := store.DB()
+	ctx := t.Context()
+	m, _ := outboxsqlite.NewMigrator(db, outboxsqlite.Options{})
+	if _, err := m.To(ctx, 2); err != nil {
+		t.Fatalf("migrate to version 2: %v", err)
+	}
+
+	// Rows as versions 1 and 2 store them: a lease is a token and
+	// available_at, the end of the lease, in the future.
+	hour := time.Hour.Microseconds()
+	now := time.Now().UnixMicro()
+	type row struct {
+		id           uuid.UUID
+		availableAt  int64
+		token        any
+		lockedUntil  sql.NullInt64
+		wantAvailSet bool // available_at is the time of the migration
+	}
+	leased := row{id: uuid.New(), availableAt: now + hour, token: uuid.NewString(),
+		lockedUntil: sql.NullInt64{Int64: now + hour, Valid: true}, wantAvailSet: true}
+	expired := row{id: uuid.New(), availableAt: now - hour, token: uuid.NewString()}
+	scheduled := row{id: uuid.New(), availableAt: now + 2*hour, token: nil}
+	due := row{id: uuid.New(), availableAt: now - 2*hour, token: nil}
+	rows := []row{leased, expired, scheduled, due}
+	for _, r := range rows {
+		if _, err := db.ExecContext(ctx, `INSERT INTO outbox (id, topic, payload, created_at, available_at, lease_token) VALUES (?, 't', x'', 0, ?, ?)`,
+			r.id.String(), r.availableAt, r.token); err != nil {
+			t.Fatalf("insert %s: %v", r.id, err)
+		}
+	}
+	read := func(id uuid.UUID) (availableAt int64, lockedUntil sql.NullInt64) {
+		t.Helper()
+		if err := db.QueryRowContext(ctx, `SELECT available_at, locked_until FROM outbox WHERE id = ?`, id.String()).Scan(&availableAt, &lockedUntil); err != nil {
+			t.Fatalf("read message %s: %v", id, err)
+		}
+		return availableAt, lockedUntil
+	}
+	up := func() {
+		t.Helper()
+		before := time.Now().UnixMicro()
+		if done, err := m.Up(ctx); err != nil || len(done) != 1 || done[0] != 3 {
+			t.Fatalf("up from version 2: %v, %v; want version 3 applied", done, err)
+		}
+		after := time.Now().UnixMicro()
+		for _, r := range rows {
+			availableAt, lockedUntil := read(r.id)
+			if lockedUntil != r.lockedUntil {
+				t.Fatalf("message %s after up: locked_until %v; want %v", r.id, lockedUntil, r.lockedUntil)
+			}
+			// SQLite's clock (unixepoch('subsec')) reads milliseconds.
+			if r.wantAvailSet && (availableAt < before-1000 || availableAt > after+1000) {
+				t.Fatalf("leased message %s after up: available at %d; want the time of the migration, %d to %d", r.id, availableAt, before, after)
+			}
+			if !r.wantAvailSet && availableAt != r.availableAt {
+				t.Fatalf("message %s after up: available at %d; want %d, unchanged", r.id, availableAt, r.availableAt)
+			}
+		}
+	}
+	up()
+
+	// The store sees the lease carried over: the leased message is in
+	// flight and not claimed, the one whose lease expired is due in its
+	// place.
+	if st, err := store.Stats(ctx); err != nil || st.InFlight != 1 || st.Pending != 4 {
+		t.Fatalf("stats after up: %+v, %v; want 1 in flight of 4 pending", st, err)
+	}
+	got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: 90 * time.Minute, Token: uuid.New()})
+	if err != nil || len(got) != 2 || got[0].ID != due.id || got[1].ID != expired.id {
+		t.Fatalf("claim after up: %v, %v; want %s then %s", got, err, due.id, expired.id)
+	}
+
+	// Down: every lease in force, the carried-over one and the two just
+	// taken, goes back into available_at.
+	before := time.Now().UnixMicro()
+	if done, err := m.To(ctx, 2); err != nil || len(done) != 1 || done[0] != 3 {
+		t.Fatalf("down to version 2: %v, %v; want version 3 reverted", done, err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('outbox') WHERE name = 'locked_until'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("column locked_until after down: %d, %v; want it dropped", n, err)
+	}
+	want := map[uuid.UUID][2]int64{ // available_at between
+		leased.id:    {now + hour, now + hour},
+		due.id:       {before + 85*time.Minute.Microseconds(), time.Now().UnixMicro() + 90*time.Minute.Microseconds()},
+		expired.id:   {before + 85*time.Minute.Microseconds(), time.Now().UnixMicro() + 90*time.Minute.Microseconds()},
+		scheduled.id: {scheduled.availableAt, scheduled.availableAt},
+	}
+	for id, w := range want {
+		var availableAt int64
+		var token sql.NullString
+		if err := db.QueryRowContext(ctx, `SELECT available_at, lease_token FROM outbox WHERE id = ?`, id.String()).Scan(&availableAt, &token); err != nil {
+			t.Fatalf("read message %s after down: %v", id, err)
+		}
+		if availableAt < w[0] || availableAt > w[1] || token.Valid == (id == scheduled.id) {
+			t.Fatalf("message %s after down: available at %d, token %v; want %d to %d (the lease's end)", id, availableAt, token, w[0], w[1])
+		}
+	}
+
+	// And up again: the leases are carried over once more.
+	before = time.Now().UnixMicro()
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatalf("up again: %v", err)
+	}
+	for _, id := range []uuid.UUID{leased.id, due.id, expired.id} {
+		availableAt, lockedUntil := read(id)
+		if !lockedUntil.Valid || lockedUntil.Int64 < before || availableAt > time.Now().UnixMicro()+1000 {
+			t.Fatalf("message %s after up again: available at %d, locked until %v; want the lease carried over and due now", id, availableAt, lockedUntil)
+		}
+	}
+	if st, err := store.Stats(ctx); err != nil || st.InFlight != 3 {
+		t.Fatalf("stats after up again: %+v, %v; want 3 in flight", st, err)
+	}
+}

@@ -2,11 +2,11 @@ package outboxsqlite
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
 // Defaults and limits for Options.
@@ -66,8 +66,6 @@ type Options struct {
 	WatchInterval time.Duration
 }
 
-var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
-
 // settings are validated options with every default applied, and the names
 // derived from them. Nothing else is ever put into SQL text.
 type settings struct {
@@ -88,21 +86,17 @@ func (o Options) resolve() (settings, error) {
 	if table == "" {
 		table = TableDefault
 	}
-	switch {
-	case len(table) > MaxTableLength:
-		return settings{}, &outbox.ConfigError{Field: "outboxsqlite.Options.Table", Value: fmt.Sprintf("%q", table),
-			Fix: fmt.Sprintf("is %d bytes; use at most %d", len(table), MaxTableLength)}
-	case !identRE.MatchString(table):
-		return settings{}, &outbox.ConfigError{Field: "outboxsqlite.Options.Table", Value: fmt.Sprintf("%q", table),
-			Fix: "use lower-case letters, digits and underscores, not starting with a digit (^[a-z_][a-z0-9_]*$)"}
-	case strings.HasPrefix(table, "sqlite_"):
+	if err := sqlident.Check("outboxsqlite.Options.Table", table, MaxTableLength); err != nil {
+		return settings{}, err
+	}
+	if strings.HasPrefix(table, "sqlite_") {
 		return settings{}, &outbox.ConfigError{Field: "outboxsqlite.Options.Table", Value: fmt.Sprintf("%q", table),
 			Fix: `SQLite reserves names starting with "sqlite_"; pick another name`}
 	}
 	s := settings{
 		table:           table,
-		qTable:          quoteIdent(table),
-		qMigr:           quoteIdent(table + "_migrations"),
+		qTable:          sqlident.Quote(table),
+		qMigr:           sqlident.Quote(table + "_migrations"),
 		busyTimeout:     o.BusyTimeout,
 		createIfMissing: o.CreateIfMissing,
 		orderByKey:      o.OrderByKey,
@@ -125,8 +119,3 @@ func (o Options) resolve() (settings, error) {
 	}
 	return s, nil
 }
-
-// quoteIdent quotes an identifier that resolve accepted. A valid name has no
-// character that needs escaping; quoting keeps keywords such as "order"
-// usable as table names.
-func quoteIdent(s string) string { return `"` + s + `"` }

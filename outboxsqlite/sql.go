@@ -3,6 +3,8 @@ package outboxsqlite
 import (
 	"strconv"
 	"strings"
+
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // statements holds every SQL text of a table, built once from validated
@@ -20,7 +22,7 @@ type statements struct {
 	settleDead      string // ?1 token, ?2 [[id, error], ...]
 	claimSelect     string // ?1 now, ?2 limit
 	claimUpdate     string // ?1 lease end, ?2 token, ?3 ids
-	release         string // ?1 now, ?2 token, ?3 ids
+	release         string // ?1 token, ?2 ids
 	nextDue         string
 	purge           string // ?1 before, ?2 limit
 
@@ -31,10 +33,6 @@ type statements struct {
 	retryAll    string // ?1 now
 	discardDead string // ?1 ids
 }
-
-// keyWalkLimit bounds how many keys a claim in key order visits to find
-// their heads.
-const keyWalkLimit = 1024
 
 // messageColumns are scanned by scanMessage, in this order.
 const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
@@ -54,12 +52,15 @@ func newStatements(s settings) statements {
 		SELECT 1 FROM ` + s.qTable + ` AS e
 			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.rowid < o.rowid))`
 	}
-	r := strings.NewReplacer("{t}", s.qTable, "{head_of_key}", headOfKey)
+	r := strings.NewReplacer("{t}", s.qTable, "{head_of_key}", headOfKey,
+		"{unleased}", ` AND (locked_until IS NULL OR locked_until <= ?1)`)
 	sql := func(q string) string { return r.Replace(strings.TrimSpace(q)) }
 
+	// A message is due when available_at has come and no lease is in
+	// force: a lease that ran out leaves it in its old place in the queue.
 	claimSelect := `
 SELECT ` + messageColumns + ` FROM {t} AS o
-WHERE status = 'pending' AND available_at <= ?1{head_of_key}
+WHERE status = 'pending' AND available_at <= ?1{unleased}{head_of_key}
 ORDER BY available_at, id
 LIMIT ?2`
 	if s.orderByKey {
@@ -67,24 +68,24 @@ LIMIT ?2`
 		// message held back behind its key's head. So the candidates are
 		// the first due rows (at most 100: messages without a key, and the
 		// heads among them) plus the head of each key, found by walking
-		// the key index from key to key, for at most keyWalkLimit keys, as
-		// outboxpg does.
+		// the key index from key to key, for at most
+		// outboxdriver.KeyWalkLimit keys, as outboxpg does.
 		claimSelect = `
 WITH RECURSIVE walk (key, n) AS (
 	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
 	UNION ALL
 	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
-	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < ` + strconv.Itoa(keyWalkLimit) + `
+	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < ` + strconv.Itoa(outboxdriver.KeyWalkLimit) + `
 ), candidate (rid) AS (
 	SELECT (SELECT e.rowid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.rowid LIMIT 1)
 	FROM walk AS w WHERE w.key IS NOT NULL
 	UNION
 	SELECT rid FROM (
-		SELECT rowid AS rid FROM {t} WHERE status = 'pending' AND available_at <= ?1
+		SELECT rowid AS rid FROM {t} WHERE status = 'pending' AND available_at <= ?1{unleased}
 		ORDER BY available_at, id LIMIT min(?2, 100))
 )
 SELECT ` + messageColumns + ` FROM {t} AS o
-WHERE o.rowid IN (SELECT rid FROM candidate) AND status = 'pending' AND available_at <= ?1{head_of_key}
+WHERE o.rowid IN (SELECT rid FROM candidate) AND status = 'pending' AND available_at <= ?1{unleased}{head_of_key}
 ORDER BY available_at, id
 LIMIT ?2`
 	}
@@ -95,15 +96,15 @@ LIMIT ?2`
 
 		// The relay's probe before it takes the write lock: a claim that
 		// would find nothing stays a read.
-		anyDue: sql(`SELECT EXISTS (SELECT 1 FROM {t} AS o WHERE status = 'pending' AND available_at <= ?1{head_of_key})`),
+		anyDue: sql(`SELECT EXISTS (SELECT 1 FROM {t} AS o WHERE status = 'pending' AND available_at <= ?1{unleased}{head_of_key})`),
 
 		settlePublished: sql(`DELETE FROM {t} WHERE lease_token = ?1 AND id IN (SELECT value FROM json_each(?2))`),
 		settleKept: sql(`
-UPDATE {t} SET status = 'published', published_at = ?1, lease_token = NULL
+UPDATE {t} SET status = 'published', published_at = ?1, lease_token = NULL, locked_until = NULL
 WHERE lease_token = ?2 AND id IN (SELECT value FROM json_each(?3))`),
 		settleRetry: sql(`
 UPDATE {t} AS t
-SET attempts = t.attempts + r.counted, available_at = ?1 + r.delay_us, last_error = r.err, lease_token = NULL
+SET attempts = t.attempts + r.counted, available_at = ?1 + r.delay_us, last_error = r.err, lease_token = NULL, locked_until = NULL
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS delay_us, value ->> 2 AS err, value ->> 3 AS counted FROM json_each(?3)) AS r
 WHERE t.id = r.id AND t.lease_token = ?2`),
 		// In key order, a retried head takes the messages held behind it
@@ -117,22 +118,33 @@ WHERE h.id IN (SELECT value ->> 0 FROM json_each(?1)) AND h.status = 'pending' A
 	AND f.available_at < h.available_at`),
 		settleDead: sql(`
 UPDATE {t} AS t
-SET status = 'dead', attempts = t.attempts + 1, last_error = d.err, lease_token = NULL
+SET status = 'dead', attempts = t.attempts + 1, last_error = d.err, lease_token = NULL, locked_until = NULL
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS err FROM json_each(?2)) AS d
 WHERE t.id = d.id AND t.lease_token = ?1`),
-		// The lease is available_at itself: a claimed message is due again
-		// when its lease runs out, so a crashed relay's messages come back
-		// without any clean-up. The claim reads the rows first, to return
-		// the due time they were claimed at, then leases exactly those ids;
-		// both run under the write lock, so nothing changes in between.
+		// A claim leases rows by setting locked_until and lease_token (see
+		// migration 3), as outboxpg does: a claimed message is due again when
+		// its lease runs out, so a crashed relay's messages come back
+		// without any clean-up, and available_at keeps the due time, so
+		// they come back in their old place in the queue. The claim reads
+		// the rows first, then leases exactly those ids; both run under the
+		// write lock, so nothing changes in between.
 		claimSelect: sql(claimSelect),
 		claimUpdate: sql(`
-UPDATE {t} SET available_at = ?1, lease_token = ?2
+UPDATE {t} SET locked_until = ?1, lease_token = ?2
 WHERE status = 'pending' AND id IN (SELECT value FROM json_each(?3))`),
 		release: sql(`
-UPDATE {t} SET available_at = ?1, lease_token = NULL
-WHERE lease_token = ?2 AND status = 'pending' AND id IN (SELECT value FROM json_each(?3))`),
-		nextDue: sql(`SELECT min(available_at) FROM {t} AS o WHERE status = 'pending'{head_of_key}`),
+UPDATE {t} SET locked_until = NULL, lease_token = NULL
+WHERE lease_token = ?1 AND status = 'pending' AND id IN (SELECT value FROM json_each(?2))`),
+		// A message is due at available_at, or at the end of its lease if
+		// that is later (a past one if the lease ran out). Unleased rows
+		// come from the first entries of the pending index (past the few
+		// leased ones), leased rows from the index of leases.
+		nextDue: sql(`
+SELECT min(due) FROM (
+	SELECT min(available_at) AS due FROM {t} AS o WHERE status = 'pending' AND locked_until IS NULL{head_of_key}
+	UNION ALL
+	SELECT min(max(available_at, locked_until)) FROM {t} AS o WHERE status = 'pending' AND locked_until IS NOT NULL{head_of_key}
+)`),
 		purge: sql(`
 DELETE FROM {t} WHERE status = 'published' AND id IN (
 	SELECT id FROM {t}
@@ -145,17 +157,17 @@ DELETE FROM {t} WHERE status = 'published' AND id IN (
 		stats: sql(`
 SELECT
 	(SELECT count(*) FROM {t} WHERE status = 'pending'),
-	(SELECT count(*) FROM {t} WHERE status = 'pending' AND lease_token IS NOT NULL AND available_at > ?1),
+	(SELECT count(*) FROM {t} WHERE status = 'pending' AND lease_token IS NOT NULL AND locked_until > ?1),
 	(SELECT count(*) FROM {t} WHERE status = 'dead'),
 	(SELECT count(*) FROM {t} WHERE status = 'published'),
 	(SELECT min(created_at) FROM {t} WHERE status = 'pending')`),
 		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = ?1`),
 		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > ?1 ORDER BY id LIMIT ?2`),
 		retryDead: sql(`
-UPDATE {t} SET status = 'pending', attempts = 0, available_at = ?1, lease_token = NULL
+UPDATE {t} SET status = 'pending', attempts = 0, available_at = ?1, lease_token = NULL, locked_until = NULL
 WHERE status = 'dead' AND id IN (SELECT value FROM json_each(?2))`),
 		retryAll: sql(`
-UPDATE {t} SET status = 'pending', attempts = 0, available_at = ?1, lease_token = NULL
+UPDATE {t} SET status = 'pending', attempts = 0, available_at = ?1, lease_token = NULL, locked_until = NULL
 WHERE status = 'dead'`),
 		discardDead: sql(`DELETE FROM {t} WHERE status = 'dead' AND id IN (SELECT value FROM json_each(?1))`),
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
-	"github.com/go-outbox/outbox/internal/headerjson"
+	"github.com/go-outbox/outbox/internal/sqlrow"
 	"github.com/go-outbox/outbox/outboxdriver"
 )
 
@@ -119,8 +119,8 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, c *sql
 // never takes the write lock that writers need.
 //
 // Claimed messages come back ordered by due time, then id; their
-// AvailableAt is the time they were due when claimed (the stored value is
-// now the lease's end).
+// AvailableAt is the time they were due when claimed, which the lease
+// leaves as it was.
 func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	if claim.Limit < 0 {
 		return nil, fmt.Errorf("outboxsqlite: exchange on %s: claim limit %d is negative", s.Name(), claim.Limit)
@@ -236,14 +236,14 @@ func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outboxdri
 	return nil
 }
 
-// Release ends token's leases on ids; the messages are due at once and no
-// attempt is counted.
+// Release ends token's leases on ids; the messages are due at once, in
+// their old place in the queue, and no attempt is counted.
 func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, now int64) error {
-		_, err := c.ExecContext(ctx, s.stmts.release, now, token.String(), idsJSON(ids))
+	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, _ int64) error {
+		_, err := c.ExecContext(ctx, s.stmts.release, token.String(), idsJSON(ids))
 		return err
 	})
 	if err != nil {
@@ -254,8 +254,8 @@ func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) e
 
 // NextDue returns how long until the earliest pending message is due,
 // leased ones included (they are due when their lease ends). It is one
-// read-only query that the pending index answers from its first entry, and
-// takes no lock that a writer waits for (WAL mode).
+// read-only query that reads the first entries of the pending index and the
+// leased rows, and takes no lock that a writer waits for (WAL mode).
 func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	var next sql.NullInt64
 	if err := s.db.QueryRowContext(ctx, s.stmts.nextDue).Scan(&next); err != nil {
@@ -398,26 +398,11 @@ func (s *Store) writeCount(ctx context.Context, exec func(ctx context.Context, c
 	return int(n), err
 }
 
-// collectMessages reads rows of messageColumns and closes rows. A row whose
-// headers do not decode (written by hand or by another program) comes back
-// without headers and is also listed in undecodable, with the reason, so that
-// a claim can dead-letter it instead of failing every exchange that meets it.
+// collectMessages reads rows of messageColumns (see sqlrow.Collect) and
+// closes rows.
 func collectMessages(rows *sql.Rows) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
 	defer rows.Close()
-	for rows.Next() {
-		m, headerErr, err := scanMessage(rows)
-		if err != nil {
-			return nil, nil, err
-		}
-		if headerErr != nil {
-			undecodable = append(undecodable, outboxdriver.Failure{ID: m.ID, Error: headerErr.Error()})
-		}
-		msgs = append(msgs, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, err
-	}
-	return msgs, undecodable, nil
+	return sqlrow.Collect(rows, scanMessage)
 }
 
 // scanMessage reads one row of messageColumns. headerErr says why its headers
@@ -434,21 +419,13 @@ func scanMessage(rows *sql.Rows) (m outbox.Message, headerErr, err error) {
 	if err != nil {
 		return outbox.Message{}, nil, err
 	}
-	if headers.Valid {
-		if m.Headers, headerErr = headerjson.Decode([]byte(headers.String)); headerErr != nil {
-			headerErr = fmt.Errorf("outboxsqlite: message %s cannot be published: its stored headers do not decode: %w", m.ID, headerErr)
-		}
-	}
-	if m.Payload == nil {
-		m.Payload = []byte{}
-	}
 	m.CreatedAt = fromMicros(createdAt)
 	m.AvailableAt = fromMicros(availableAt)
-	m.LastError = lastError.String
-	m.Status = outbox.Status(status)
+	c := sqlrow.Columns{Headers: []byte(headers.String), HasHeaders: headers.Valid, LastError: lastError.String, Status: status}
 	if publishedAt.Valid {
-		m.PublishedAt = fromMicros(publishedAt.Int64)
+		c.PublishedAt = fromMicros(publishedAt.Int64)
 	}
+	headerErr = sqlrow.Fill(&m, "outboxsqlite", c)
 	return m, headerErr, nil
 }
 

@@ -391,8 +391,8 @@ func TestQueriesUseThePendingIndex(t *testing.T) {
 	t.Parallel()
 	store := newStore(t, outboxsqlite.Options{})
 	for what, q := range map[string]string{
-		"claim": `SELECT id FROM outbox WHERE status = 'pending' AND available_at <= 1 ORDER BY available_at, id LIMIT 10`,
-		"probe": `SELECT min(available_at) FROM outbox WHERE status = 'pending'`,
+		"claim": `SELECT id FROM outbox WHERE status = 'pending' AND available_at <= 1 AND (locked_until IS NULL OR locked_until <= 1) ORDER BY available_at, id LIMIT 10`,
+		"probe": `SELECT min(available_at) FROM outbox WHERE status = 'pending' AND locked_until IS NULL`,
 	} {
 		rows, err := store.DB().QueryContext(context.Background(), `EXPLAIN QUERY PLAN `+q)
 		if err != nil {

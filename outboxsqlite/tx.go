@@ -6,12 +6,14 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/go-outbox/outbox/internal/backoff"
+	"github.com/go-outbox/outbox/internal/txn"
 )
 
 // immediateTx runs fn in a write transaction on a connection of its own:
@@ -33,23 +35,16 @@ func immediateTx(ctx context.Context, db *sql.DB, busyTimeout time.Duration, fn 
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if r := recover(); r != nil {
+	commit := func(c *sql.Conn) error {
+		// COMMIT is not interrupted when ctx ends: after an interrupted
+		// COMMIT it would be unknown whether the transaction committed.
+		if _, err := c.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
 			rollback(ctx, c)
-			panic(r)
+			return err
 		}
-	}()
-	if err := fn(ctx, c); err != nil {
-		rollback(ctx, c)
-		return err
+		return nil
 	}
-	// COMMIT is not interrupted when ctx ends: after an interrupted COMMIT it
-	// would be unknown whether the transaction committed.
-	if _, err := c.ExecContext(context.WithoutCancel(ctx), "COMMIT"); err != nil {
-		rollback(ctx, c)
-		return err
-	}
-	return nil
+	return txn.Run(c, func(c *sql.Conn) error { return fn(ctx, c) }, commit, func(c *sql.Conn) { rollback(ctx, c) })
 }
 
 // Bounds of the pause between two attempts to take the write lock.
@@ -79,23 +74,18 @@ func takeWriteLock(ctx context.Context, c *sql.Conn, busyTimeout time.Duration, 
 		return err
 	}
 	deadline := time.Now().Add(busyTimeout)
-	wait := lockRetryMin
+	pause := backoff.NewJittered(lockRetryMin, lockRetryMax)
 	var err error
 	for {
 		if err = begin(); err == nil || !isBusy(err) || !time.Now().Before(deadline) {
 			break
 		}
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause.Sleep(ctx, nil) {
 			err = ctx.Err()
-		case <-t.C:
 		}
 		if ctx.Err() != nil {
 			break
 		}
-		wait = min(wait*2, lockRetryMax)
 	}
 	if _, rerr := c.ExecContext(context.WithoutCancel(ctx), restore); rerr != nil {
 		// Never hand a connection without its busy_timeout back to the pool.

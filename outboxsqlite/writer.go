@@ -3,14 +3,13 @@ package outboxsqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/sqlrow"
+	"github.com/go-outbox/outbox/internal/txn"
 )
 
 // insertChunkRows is how many messages one INSERT statement carries at most:
@@ -70,24 +69,13 @@ func (s *Store) InsertTx(ctx context.Context, tx *sql.Tx, msgs []*outbox.Message
 
 // insertArgs returns the parameters of message i of n for insertRow.
 func (s *Store) insertArgs(m *outbox.Message, i, n int, now int64) ([]any, error) {
-	if m == nil {
-		return nil, fmt.Errorf("outboxsqlite: insert into %s: message %d of %d is nil", s.Name(), i, n)
-	}
-	if m.ID == uuid.Nil {
-		return nil, fmt.Errorf("outboxsqlite: insert into %s: message %d of %d (topic %q) has no ID; write through outbox.Writer, which assigns one",
-			s.Name(), i, n, m.Topic)
-	}
-	payload := m.Payload
-	if payload == nil {
-		payload = []byte{} // the column is NOT NULL; nil binds as NULL
+	payload, encoded, err := sqlrow.Insertable("outboxsqlite", s.Name(), m, i, n)
+	if err != nil {
+		return nil, err
 	}
 	var headers any // NULL
-	if len(m.Headers) > 0 {
-		b, err := json.Marshal(m.Headers)
-		if err != nil {
-			return nil, fmt.Errorf("outboxsqlite: insert into %s: encode headers of message %s: %w", s.Name(), m.ID, err)
-		}
-		headers = string(b)
+	if encoded != nil {
+		headers = string(encoded)
 	}
 	createdAt := now
 	if !m.CreatedAt.IsZero() {
@@ -131,18 +119,11 @@ func (s *Store) RunInTx(ctx context.Context, fn func(tx *sql.Tx) error) (err err
 		}
 		return fmt.Errorf("outboxsqlite: begin transaction: %w", explain(err, s.path))
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			_ = tx.Rollback()
-			panic(r)
+	commit := func(tx *sql.Tx) error {
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("outboxsqlite: commit transaction: %w", explain(err, s.path))
 		}
-	}()
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
+		return nil
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("outboxsqlite: commit transaction: %w", explain(err, s.path))
-	}
-	return nil
+	return txn.Run(tx, fn, commit, func(tx *sql.Tx) { _ = tx.Rollback() })
 }

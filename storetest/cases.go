@@ -23,6 +23,7 @@ var cases = []testCase{
 	{"claim respects the limit and returns messages in due order", testClaimLimitAndOrder},
 	{"a scheduled message is not claimed before it is due", testScheduledMessage},
 	{"a leased message is not claimed again until its lease expires", testLeaseExpiry},
+	{"a message whose lease expired keeps its place in the queue", testExpiredLeaseKeepsItsPlace},
 	{"concurrent claimers never get the same message and together get all", testConcurrentClaimers},
 	{"published settlement deletes the message or keeps it as published", testPublishedSettlement},
 	{"retry settlement counts an attempt, keeps the error and delays the message", testRetrySettlement},
@@ -159,6 +160,42 @@ func testLeaseExpiry(t *testing.T, s *suite) {
 	}
 	if again[0].Attempts != 0 {
 		t.Fatalf("message %s: attempts %d after an expired lease; want 0 (expiry is not a failed attempt)", m.ID, again[0].Attempts)
+	}
+}
+
+// A lease is not a new due time: when it runs out, the message is due again
+// in the place it had, ahead of messages that became due while it was
+// leased. A store that kept the lease in available_at would put it behind
+// them.
+func testExpiredLeaseKeepsItsPlace(t *testing.T, s *suite) {
+	const lease = 300 * time.Millisecond
+	first := newMessage("orders.requeued")
+	s.write(t, first)
+	claimedAt := s.now(t)
+	_, got := s.claimIDs(t, 10, lease, first.ID)
+	dueAt := got[0].AvailableAt
+
+	// Both become due after the claim and before its lease ends.
+	soon, later := newScheduled(claimedAt.Add(time.Millisecond)), newScheduled(claimedAt.Add(lease/2))
+	s.write(t, later, soon)
+
+	s.waitNoneInFlight(t)
+	_, again := s.claimIDs(t, 10, longLease, first.ID, soon.ID, later.ID)
+	if !again[0].AvailableAt.Equal(dueAt) || again[0].Attempts != 0 {
+		t.Fatalf("message %s claimed again after its lease expired: available at %v, attempts %d; want its due time %v kept and no attempt counted",
+			first.ID, again[0].AvailableAt, again[0].Attempts, dueAt)
+	}
+}
+
+// waitNoneInFlight polls Stats until no lease is in force.
+func (s *suite) waitNoneInFlight(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for st := s.stats(t); st.InFlight != 0; st = s.stats(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats: %+v; want every lease to run out within %v", st, waitTimeout)
+		}
+		time.Sleep(pollInterval)
 	}
 }
 

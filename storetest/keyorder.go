@@ -21,6 +21,7 @@ var keyOrderCases = []testCase{
 	{"in key order a retried head takes the messages held behind it back in the queue", testKeyOrderRetryPostponesHeld},
 	{"in key order a message without a key passes a failing key with many messages held", testKeyOrderKeylessMessagePassesAFailingKey},
 	{"in key order concurrent claimers publish every key's messages in id order", testKeyOrderConcurrentClaimers},
+	{"in key order an expired lease does not let a message pass its key's head", testKeyOrderExpiredLeaseStaysBehindTheHead},
 }
 
 // keyed returns messages with the given keys, ids ascending in slice order.
@@ -69,6 +70,25 @@ func testKeyOrderHeads(t *testing.T, s *suite) {
 	token = s.orderedClaim(t, a3.ID)
 	s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{a3.ID}}, outboxdriver.Claim{})
 	s.orderedClaim(t, a4.ID)
+}
+
+// An expired lease makes a message claimable again in its old place, but in
+// key order only as the head of its key. Here a store that does not order by
+// key leased a key's two messages at once.
+func testKeyOrderExpiredLeaseStaysBehindTheHead(t *testing.T, s *suite) {
+	m := keyed("a", "a")
+	a1, a2 := m[0], m[1]
+	s.write(t, m...)
+	s.claimIDs(t, 10, 200*time.Millisecond, a1.ID, a2.ID)
+	s.waitNoneInFlight(t)
+
+	token := s.orderedClaim(t, a1.ID)
+	s.orderedClaim(t) // a2's lease ran out, but a1 is leased again
+	if wait, ok, err := s.h.KeyOrdered.NextDue(t.Context()); err != nil || !ok || wait <= 0 {
+		t.Fatalf("next due in key order with a2 held behind leased a1: %v, %v, %v; want a1's lease end, not now", wait, ok, err)
+	}
+	s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{a1.ID}}, outboxdriver.Claim{})
+	s.orderedClaim(t, a2.ID)
 }
 
 func testKeyOrderRetryPostponesHeld(t *testing.T, s *suite) {
