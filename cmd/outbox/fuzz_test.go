@@ -29,6 +29,12 @@ func FuzzRedact(f *testing.F) {
 		}
 		u := url.URL{Scheme: "postgres", User: url.UserPassword(user, password), Host: host, Path: "/db"}
 		raw := u.String()
+		// A password that the rest of the message spells by chance (say
+		// "00/" with a host ending in 00 before the path) proves nothing.
+		without := (&url.URL{Scheme: "postgres", User: url.User(user), Host: host, Path: "/db"}).String()
+		if strings.Contains("cannot connect to "+without+": refused", password) {
+			return
+		}
 		rememberSecret(raw)
 		out := redact("cannot connect to " + raw + ": refused")
 		if strings.Contains(out, password) || strings.Contains(out, url.QueryEscape(password)) {
