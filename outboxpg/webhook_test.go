@@ -31,24 +31,8 @@ import (
 // to it in committed transactions.
 func pgStore(t *testing.T) (*outboxpg.Store, func(ctx context.Context, msgs ...*outbox.Message) error) {
 	t.Helper()
-	ctx := context.Background()
-	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
-	pool := pgtest.Pool(t)
-	m, err := outboxpg.NewMigrator(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	store, err := outboxpg.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t, pgtest.Pool(t), outboxpg.Options{})
+	w := newWriter[pgx.Tx](t, store)
 	return store, func(ctx context.Context, msgs ...*outbox.Message) error {
 		return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 	}
