@@ -2,18 +2,12 @@ package outboxamqp_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/amqptest"
-	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxamqp"
-	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/publishertest"
 	"github.com/go-outbox/outbox/relaytest"
 )
@@ -96,81 +90,6 @@ func receiver(c *amqptest.Consumer) func(ctx context.Context, n int) ([]publishe
 	}
 }
 
-// pgOutbox is a migrated outbox table in a fresh PostgreSQL schema.
-type pgOutbox struct {
-	store *outboxpg.Store
-	w     *outbox.Writer[pgx.Tx]
-}
-
-func newPGOutbox(t *testing.T) pgOutbox {
-	t.Helper()
-	pool := pgtest.Pool(t)
-	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
-	m, err := outboxpg.NewMigrator(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctxFor(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	store, err := outboxpg.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pgOutbox{store: store, w: w}
-}
-
-// write commits msgs in one transaction and wakes the relays of the process.
-func (o pgOutbox) write(ctx context.Context, msgs ...*outbox.Message) error {
-	return o.w.Transact(ctx, func(tx pgx.Tx) error { return o.w.Write(ctx, tx, msgs...) })
-}
-
-// outcomes records what a publisher reported for each message.
-type outcomes struct {
-	next outbox.Publisher
-
-	mu        sync.Mutex
-	ok        map[uuid.UUID]bool
-	failures  int
-	permanent []error
-	lastErr   error
-}
-
-func newOutcomes(next outbox.Publisher) *outcomes {
-	return &outcomes{next: next, ok: map[uuid.UUID]bool{}}
-}
-
-func (o *outcomes) Publish(ctx context.Context, batch []outbox.Message) []error {
-	errs := o.next.Publish(ctx, batch)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			o.ok[batch[i].ID] = true
-		case outbox.IsPermanent(err):
-			o.permanent = append(o.permanent, err)
-		default:
-			o.failures++
-			o.lastErr = err
-		}
-	}
-	return errs
-}
-
-// Close closes the publisher the outcomes are counted for.
-func (o *outcomes) Close() error { return o.next.Close() }
-
-func (o *outcomes) counts() (ok, failures int) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.ok), o.failures
-}
-
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -181,12 +100,4 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-func ptrs(batch []outbox.Message) []*outbox.Message {
-	out := make([]*outbox.Message, len(batch))
-	for i := range batch {
-		out[i] = &batch[i]
-	}
-	return out
 }

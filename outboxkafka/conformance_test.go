@@ -1,17 +1,13 @@
 package outboxkafka_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/kafkatest"
-	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxkafka"
-	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/publishertest"
 )
 
@@ -21,30 +17,6 @@ import (
 func TestPublisherConformance(t *testing.T) {
 	t.Parallel()
 	publishertest.Run(t, harness)
-}
-
-func TestEndToEndThroughPostgres(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Pool(t)
-	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
-	m, err := outboxpg.NewMigrator(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	store, err := outboxpg.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	publishertest.EndToEnd(t, harness(t), store, func(ctx context.Context, msgs ...*outbox.Message) error {
-		return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
-	})
 }
 
 // harness publishes with an Open publisher to a fresh one-partition topic

@@ -5,14 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/natstest"
-	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxnats"
-	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/publishertest"
 	"github.com/go-outbox/outbox/relaytest"
 )
@@ -73,39 +69,6 @@ func received(m jetstream.Msg) publishertest.Received {
 		Payload: m.Data(),
 		Headers: h,
 	}
-}
-
-// pgOutbox is a migrated outbox table in a fresh PostgreSQL schema.
-type pgOutbox struct {
-	store *outboxpg.Store
-	w     *outbox.Writer[pgx.Tx]
-}
-
-func newPGOutbox(t *testing.T) pgOutbox {
-	t.Helper()
-	pool := pgtest.Pool(t)
-	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
-	m, err := outboxpg.NewMigrator(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctxFor(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	store, err := outboxpg.New(pool, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pgOutbox{store: store, w: w}
-}
-
-// write commits msgs in one transaction and wakes the relays of the process.
-func (o pgOutbox) write(ctx context.Context, msgs ...*outbox.Message) error {
-	return o.w.Transact(ctx, func(tx pgx.Tx) error { return o.w.Write(ctx, tx, msgs...) })
 }
 
 // waitFor polls cond until it holds or the timeout passes.

@@ -2,11 +2,9 @@ package outboxnats_test
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,13 +56,6 @@ func TestPublisherConformance(t *testing.T) {
 	publishertest.Run(t, func(t *testing.T) publishertest.Harness { return harness(t, srv, admin) })
 }
 
-func TestEndToEndFromPostgreSQLThroughTheRelayToJetStream(t *testing.T) {
-	t.Parallel()
-	o := newPGOutbox(t)
-	srv := natstest.Start(t)
-	publishertest.EndToEnd(t, harness(t, srv, srv.JetStream(t)), o.store, o.write)
-}
-
 // A relay that lost the acknowledgement publishes the message again: the
 // stream keeps one copy and says the second was a duplicate, which counts as
 // published.
@@ -103,153 +94,6 @@ func TestMessageRelayedTwiceIsStoredOnceAndTheSecondAckSaysDuplicate(t *testing.
 		t.Fatalf("stream holds %d messages after message %s was published twice, want 1", n, batch[0].ID)
 	}
 	publishertest.RequireReceived(t, publishertest.Harness{Receive: receiver(admin, stream)}, batch)
-}
-
-// outcomes wraps a publisher and counts what it reported.
-type outcomes struct {
-	next outbox.Publisher
-
-	mu        sync.Mutex
-	ok        map[uuid.UUID]bool
-	failures  int
-	permanent []error
-}
-
-func (o *outcomes) Publish(ctx context.Context, batch []outbox.Message) []error {
-	errs := o.next.Publish(ctx, batch)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for i, err := range errs {
-		switch {
-		case err == nil:
-			o.ok[batch[i].ID] = true
-		case outbox.IsPermanent(err):
-			o.permanent = append(o.permanent, err)
-		default:
-			o.failures++
-		}
-	}
-	return errs
-}
-
-// Close closes the publisher the outcomes are counted for.
-func (o *outcomes) Close() error { return o.next.Close() }
-
-func (o *outcomes) counts() (ok, failures int) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.ok), o.failures
-}
-
-// The broker stops in the middle of a relay run and comes back: the outcomes
-// of the outage are retryable, nothing counts as published that the stream
-// does not hold, and in the end the stream holds every message once.
-func TestBrokerRestartMidRunLosesNothingAndTheStreamDropsTheDuplicates(t *testing.T) {
-	t.Parallel()
-	start := time.Now()
-	o := newPGOutbox(t)
-	srv := natstest.Start(t)
-	admin := srv.JetStream(t)
-	stream, prefix := newStream(t, admin, jetstream.StreamConfig{Duplicates: time.Minute})
-	// A short ack timeout makes every batch sent during the outage fail
-	// (retryably) instead of waiting for the broker.
-	pub := dial(t, srv, outboxnats.Config{SubjectPrefix: prefix, Stream: stream, AckTimeout: 300 * time.Millisecond})
-	var duplicates atomic.Int64
-	pub.OnAck(func(_ *outbox.Message, ack *jetstream.PubAck) {
-		if ack.Duplicate {
-			duplicates.Add(1)
-		}
-	})
-	rec := &outcomes{next: pub, ok: map[uuid.UUID]bool{}}
-	relaytest.StartRelay(t, o.store, rec, outbox.Config{
-		BatchSize: 20, Workers: 4, LeaseDuration: 5 * time.Second, MaxAttempts: 10000,
-		BackoffBase: 20 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
-		ActivePollInterval: 5 * time.Millisecond, PollInterval: 50 * time.Millisecond,
-	})
-
-	ctx := ctxFor(t, 2*time.Minute)
-	var written []uuid.UUID
-	write := func(n int) {
-		t.Helper()
-		for i := 0; i < n; i += 10 {
-			batch := publishertest.Messages("orders.created", 10)
-			ptrs := make([]*outbox.Message, len(batch))
-			for j := range batch {
-				ptrs[j] = &batch[j]
-			}
-			if err := o.write(ctx, ptrs...); err != nil {
-				t.Fatalf("write: %v", err)
-			}
-			for _, m := range batch {
-				written = append(written, m.ID)
-			}
-		}
-	}
-
-	write(100)
-	waitFor(t, 30*time.Second, "50 messages confirmed before the outage", func() bool { ok, _ := rec.counts(); return ok >= 50 })
-	srv.Shutdown()
-	_, failedBefore := rec.counts()
-	write(100)
-	waitFor(t, 30*time.Second, "60 retryable failures during the outage", func() bool { _, f := rec.counts(); return f >= failedBefore+60 })
-	okBeforeRestart, failedDuringOutage := rec.counts()
-	srv.Restart(t)
-	write(100)
-
-	waitFor(t, 60*time.Second, "the outbox to drain after the restart", func() bool {
-		st, err := o.store.Stats(ctx)
-		return err == nil && st.Pending == 0
-	})
-	st, err := o.store.Stats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Dead != 0 {
-		t.Fatalf("%d messages dead-lettered", st.Dead)
-	}
-	rec.mu.Lock()
-	if len(rec.permanent) > 0 {
-		t.Fatalf("%d permanent outcomes, e.g. %v; a broker outage must be retryable", len(rec.permanent), rec.permanent[0])
-	}
-	confirmed := len(rec.ok)
-	okIDs := make([]uuid.UUID, 0, confirmed)
-	for id := range rec.ok {
-		okIDs = append(okIDs, id)
-	}
-	rec.mu.Unlock()
-
-	s, err := admin.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != uint64(len(written)) {
-		t.Errorf("stream holds %d messages, want %d (each written message once)", info.State.Msgs, len(written))
-	}
-	got, err := receiver(admin, stream)(ctx, int(info.State.Msgs))
-	if err != nil {
-		t.Fatalf("read the stream: %v", err)
-	}
-	inStream := map[string]int{}
-	for _, r := range got {
-		inStream[r.ID]++
-	}
-	for _, id := range written {
-		if n := inStream[id.String()]; n != 1 {
-			t.Errorf("message %s is %d times in the stream, want once", id, n)
-		}
-	}
-	for _, id := range okIDs {
-		if inStream[id.String()] == 0 {
-			t.Errorf("message %s was reported published but the stream does not hold it", id)
-		}
-	}
-	_, failedInAll := rec.counts()
-	t.Logf("%d messages, %d confirmed before the restart; retryable failures: %d when the server stopped, %d during the outage, %d after the restart; %d duplicate acks; %v",
-		len(written), okBeforeRestart, failedBefore, failedDuringOutage-failedBefore, failedInAll-failedDuringOutage, duplicates.Load(), time.Since(start).Round(time.Millisecond))
 }
 
 func TestSubjectNoStreamCapturesFailsPermanentlyAndAlone(t *testing.T) {

@@ -1,0 +1,60 @@
+module github.com/go-outbox/outbox/e2e
+
+go 1.26.0
+
+require (
+	github.com/go-outbox/outbox v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/amqptest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/kafkatest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/natstest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/pgtest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxamqp v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxkafka v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxnats v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxpg v0.0.0-00010101000000-000000000000
+	github.com/google/uuid v1.6.0
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/nats-io/nats.go v1.55.0
+	github.com/rabbitmq/amqp091-go v1.16.0
+)
+
+require (
+	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.2 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/twmb/franz-go v1.22.2 // indirect
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
+
+replace github.com/go-outbox/outbox => ..
+
+replace github.com/go-outbox/outbox/outboxpg => ../outboxpg
+
+replace github.com/go-outbox/outbox/outboxamqp => ../outboxamqp
+
+replace github.com/go-outbox/outbox/outboxnats => ../outboxnats
+
+replace github.com/go-outbox/outbox/outboxkafka => ../outboxkafka
+
+replace github.com/go-outbox/outbox/internal/pgtest => ../internal/pgtest
+
+replace github.com/go-outbox/outbox/internal/amqptest => ../internal/amqptest
+
+replace github.com/go-outbox/outbox/internal/natstest => ../internal/natstest
+
+replace github.com/go-outbox/outbox/internal/kafkatest => ../internal/kafkatest
