@@ -32,7 +32,7 @@ type Relay struct {
 	// due, a worker when it claimed a full batch (there may be more).
 	gate gate
 	// busy counts workers holding a batch; the dispatcher does not poll
-	// while any worker is busy, since a busy worker claims again by itself.
+	// while every worker is busy, since a busy worker claims again by itself.
 	busy atomic.Int32
 	// activity tells the dispatcher that a worker found work, so it polls
 	// soon again (adaptive polling).
@@ -71,10 +71,12 @@ func NewRelay(store outboxdriver.Store, pub Publisher, cfg Config) (*Relay, erro
 }
 
 // Run publishes until ctx is cancelled or Shutdown is called, and returns nil
-// then. Cancelling ctx stops at once: publishing in flight is cancelled,
-// messages the publisher already confirmed are recorded and the other leases
-// are released, so another relay can take them without waiting for the lease
-// to expire. Run may be called once.
+// then, after every goroutine it started has ended. Cancelling ctx stops at
+// once: publishing in flight is cancelled, the other leases are released, so
+// another relay can take them without waiting for the lease to expire, and
+// the outcomes the publisher already confirmed are recorded, retried while the
+// database fails for at most the rest of their lease (after that another relay
+// may have claimed them). Run may be called once.
 func (r *Relay) Run(ctx context.Context) error {
 	r.mu.Lock()
 	if r.started {
@@ -125,8 +127,10 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // Shutdown stops claiming new batches and waits for the batches in flight to
 // be published and recorded. If ctx ends first, publishing is cancelled and
-// unfinished messages are released for other relays; Shutdown then waits for
-// that and returns ctx's error. Calling Shutdown before Run, or twice, is safe.
+// Shutdown returns ctx's error at once, even while the database does not
+// answer; Run goes on releasing the unfinished messages and recording the
+// outcomes already known, for at most the rest of their lease, and returns
+// then. Calling Shutdown before Run, or twice, is safe.
 func (r *Relay) Shutdown(ctx context.Context) error {
 	r.beginStop()
 	r.mu.Lock()
@@ -142,7 +146,6 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 		r.mu.Lock()
 		r.abort()
 		r.mu.Unlock()
-		<-r.done
 		return ctx.Err()
 	}
 }
@@ -171,7 +174,13 @@ func (r *Relay) isStopping() bool {
 // nothing to claim.
 func (r *Relay) work(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
-	var settle outboxdriver.Settlement
+	var (
+		settle outboxdriver.Settlement
+		// settleBy is when the lease of settle's messages ends: after it,
+		// another relay may have claimed and published them again, so
+		// recording settle is no longer worth a wait.
+		settleBy time.Time
+	)
 	retry := backoff.New(errorPauseMin, errorPauseMax)  // the store failed
 	outage := backoff.New(errorPauseMin, errorPauseMax) // the destination was unavailable
 	for {
@@ -186,17 +195,23 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		if stopping && settle.Empty() {
 			return
 		}
+		// The lease starts when the database runs the claim, which is after
+		// this moment: deadlines counted from here end before the lease.
+		claimed := time.Now()
 		storeCtx, cancel := r.storeCtx(ctx)
 		batch, err := r.store.SettleAndClaim(storeCtx, settle, claim)
 		cancel()
 		if err != nil {
 			// The settlement is kept and sent again: outcomes apply only to
 			// messages still leased to its token, so a repeat is harmless.
-			log.Warn("outbox relay: exchange failed", slog.Any("error", err), slog.Int("pending_outcomes", len(settle.Published)+len(settle.Retry)+len(settle.Dead)))
+			pending := len(settle.Published) + len(settle.Retry) + len(settle.Dead)
+			log.Warn("outbox relay: exchange with the store failed; retrying (check that the database is up and reachable)", slog.Any("error", err), slog.Int("pending_outcomes", pending))
 			if stopping {
-				// Keep trying to record the outcomes until publishing is
-				// aborted (Run's ctx cancelled, or Shutdown's deadline).
-				if !retry.Sleep(ctx, nil) {
+				// Publishing is over, even if Run's ctx was cancelled: keep
+				// trying to record the outcomes while their lease lasts, or
+				// confirmed messages would be published again.
+				if !r.sleepUntil(ctx, retry, settleBy) {
+					log.Error("outbox relay: gave up recording outcomes when their lease ended; the messages among them that were published will be published again", slog.Int("outcomes", pending), slog.Any("error", err))
 					return
 				}
 				continue
@@ -225,7 +240,8 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		default:
 		}
 		var unavailable bool
-		settle, unavailable = r.publish(ctx, claim.Token, batch, outage.Next())
+		settleBy = claimed.Add(r.cfg.LeaseDuration)
+		settle, unavailable = r.publish(ctx, claim.Token, batch, claimed, outage.Next())
 		r.busy.Add(-1)
 		if unavailable {
 			// The destination is down: wait before the next claim, which
@@ -233,7 +249,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			// pause may outlast the lease, after which another worker could
 			// claim and send again the messages published in it.
 			log.Warn("outbox relay: destination unavailable; messages postponed without counting an attempt", slog.Duration("pause", outage.Next()))
-			if r.record(ctx, settle) {
+			if r.record(ctx, log, settle) {
 				settle = outboxdriver.Settlement{}
 			}
 			outage.Sleep(ctx, r.stopping)
@@ -246,11 +262,25 @@ func (r *Relay) work(ctx context.Context, worker int) {
 // record stores a settlement on its own, without claiming, and reports
 // whether it succeeded; on failure the caller keeps the settlement for its
 // next exchange.
-func (r *Relay) record(ctx context.Context, settle outboxdriver.Settlement) bool {
+func (r *Relay) record(ctx context.Context, log *slog.Logger, settle outboxdriver.Settlement) bool {
 	storeCtx, cancel := r.storeCtx(ctx)
 	defer cancel()
 	_, err := r.store.SettleAndClaim(storeCtx, settle, outboxdriver.Claim{Token: uuid.New(), Lease: r.cfg.LeaseDuration})
-	return err == nil
+	if err != nil {
+		log.Warn("outbox relay: recording outcomes failed; they are sent again with the next claim (check that the database is up and reachable)",
+			slog.Any("error", err), slog.Int("outcomes", len(settle.Published)+len(settle.Retry)+len(settle.Dead)))
+		return false
+	}
+	return true
+}
+
+// sleepUntil waits for the retry's next pause, not past until, and reports
+// whether until is still ahead afterwards. Aborting the relay does not cut
+// it short: it paces the recording of outcomes, which an abort must not drop.
+func (r *Relay) sleepUntil(ctx context.Context, retry *backoff.Backoff, until time.Time) bool {
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
+	defer cancel()
+	return retry.Sleep(ctx, nil)
 }
 
 // storeCtx returns the context for a store call made by a worker. It is not
@@ -266,14 +296,23 @@ func (r *Relay) storeCtx(ctx context.Context) (context.Context, context.CancelFu
 // than breaks) cannot stall the relay.
 const storeCallTimeout = 15 * time.Second
 
-// publish hands batch to the publisher and turns its results into a
-// settlement. Messages left unpublished because the relay is stopping are
+// publish hands batch, claimed at claimed, to the publisher and turns its
+// results into a settlement. Messages left unpublished because the relay is
+// stopping, or because the claim's answer came too late in its lease, are
 // released at once; messages whose destination was unavailable (reported
 // true) are postponed by pause. Neither counts an attempt.
-func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, pause time.Duration) (settle outboxdriver.Settlement, unavailable bool) {
+func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, claimed time.Time, pause time.Duration) (settle outboxdriver.Settlement, unavailable bool) {
 	// Stop publishing before the lease ends, so no other relay can claim a
-	// message this one is still publishing.
-	pubCtx, cancel := context.WithTimeout(ctx, publishTimeout(r.cfg.LeaseDuration))
+	// message this one is still publishing. The lease counts from the
+	// claim, not from its answer, which a slow database can delay.
+	deadline := claimed.Add(publishTimeout(r.cfg.LeaseDuration))
+	if late := time.Since(claimed); !time.Now().Before(deadline) {
+		r.log.Warn("outbox relay: the store answered a claim too late in its lease to publish; batch released unpublished (raise LeaseDuration, or look at the database's latency)",
+			slog.Duration("answered_after", late), slog.Duration("lease", r.cfg.LeaseDuration), slog.Int("messages", len(batch)))
+		r.release(ctx, token, batch)
+		return outboxdriver.Settlement{}, false
+	}
+	pubCtx, cancel := context.WithDeadline(ctx, deadline)
 	results := r.pub.Publish(pubCtx, batch)
 	cancel()
 	if len(results) != len(batch) {
@@ -317,13 +356,27 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, p
 		}
 	}
 	if len(release) > 0 {
-		storeCtx, cancel := r.storeCtx(ctx)
-		defer cancel()
-		if err := r.store.Release(storeCtx, token, release); err != nil {
-			r.log.Warn("outbox relay: releasing leases failed; they expire by themselves", slog.Any("error", err), slog.Int("messages", len(release)))
-		}
+		r.releaseIDs(ctx, token, release)
 	}
 	return settle, unavailable
+}
+
+// release gives batch's leases back, so the messages are due again at once
+// without counting an attempt.
+func (r *Relay) release(ctx context.Context, token uuid.UUID, batch []Message) {
+	ids := make([]uuid.UUID, len(batch))
+	for i := range batch {
+		ids[i] = batch[i].ID
+	}
+	r.releaseIDs(ctx, token, ids)
+}
+
+func (r *Relay) releaseIDs(ctx context.Context, token uuid.UUID, ids []uuid.UUID) {
+	storeCtx, cancel := r.storeCtx(ctx)
+	defer cancel()
+	if err := r.store.Release(storeCtx, token, ids); err != nil {
+		r.log.Warn("outbox relay: releasing leases failed; the messages are due again when their lease expires", slog.Any("error", err), slog.Int("messages", len(ids)))
+	}
 }
 
 // publishTimeout bounds the publishing of a batch leased for lease: nine
@@ -379,14 +432,17 @@ func fullJitter(base, max time.Duration, attempt int) time.Duration {
 // dispatch decides when workers should look for work: at once when a writer in
 // this process or (through the store) in another process signals a commit;
 // otherwise after a poll finds due messages. It polls soon after activity and
-// backs off to PollInterval when idle, and not at all while workers are busy.
+// backs off to PollInterval when idle, and not at all while every worker is
+// busy.
 func (r *Relay) dispatch(ctx context.Context) {
 	inProcess, unsubscribe := wakeTopicFor(r.store.Name()).subscribe()
 	defer unsubscribe()
 
 	listened := make(chan struct{}, 1)
+	var listener sync.WaitGroup
+	defer listener.Wait() // Run returns after every goroutine it started
 	if l, ok := r.store.(outboxdriver.WriteListener); ok && !r.cfg.DisableListen {
-		go func() {
+		listener.Go(func() {
 			err := l.ListenForWrites(ctx, func() {
 				select {
 				case listened <- struct{}{}:
@@ -396,7 +452,7 @@ func (r *Relay) dispatch(ctx context.Context) {
 			if err != nil && ctx.Err() == nil {
 				r.log.Warn("outbox relay: cross-process wake-up unavailable; polling", slog.Any("error", err))
 			}
-		}()
+		})
 	}
 
 	// The workers look once at start; the first poll comes a full interval
@@ -426,7 +482,11 @@ func (r *Relay) dispatch(ctx context.Context) {
 			delay = r.cfg.ActivePollInterval
 			reset(delay)
 		case <-timer.C:
-			if r.busy.Load() > 0 {
+			// While every worker is busy, polling could only find work
+			// they claim anyway when they finish; while one is idle, it
+			// must find due messages that no wake-up announced (retries
+			// coming due, writers that do not signal).
+			if int(r.busy.Load()) >= r.cfg.Workers {
 				timer.Reset(delay)
 				continue
 			}

@@ -107,6 +107,34 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		t.Parallel()
 		testRetention(t, newHarness(t))
 	})
+	t.Run("PublishDeadlineCountsFromTheClaimNotItsAnswer", func(t *testing.T) {
+		t.Parallel()
+		testPublishDeadlineFromLease(t, newHarness(t), 0.6)
+	})
+	t.Run("ClaimAnsweredAfterNineTenthsOfItsLeaseIsNotPublished", func(t *testing.T) {
+		t.Parallel()
+		testPublishDeadlineFromLease(t, newHarness(t), 0.95)
+	})
+	t.Run("IdleWorkersPollWhileOneIsBusy", func(t *testing.T) {
+		t.Parallel()
+		testIdleWorkersPollWhileOneIsBusy(t, newHarness(t))
+	})
+	t.Run("RunWaitsForItsGoroutines", func(t *testing.T) {
+		t.Parallel()
+		testRunWaitsForItsGoroutines(t, newHarness(t))
+	})
+	t.Run("ShutdownReturnsAtItsDeadlineWhileTheStoreHangs", func(t *testing.T) {
+		t.Parallel()
+		testShutdownReturnsAtItsDeadlineWhileTheStoreHangs(t, newHarness(t))
+	})
+	t.Run("OutcomesAreRecordedAfterCancelDespiteAFailedTry", func(t *testing.T) {
+		t.Parallel()
+		testOutcomesRecordedAfterCancelDespiteAFailedTry(t, newHarness(t))
+	})
+	t.Run("FailedRecordingIsLogged", func(t *testing.T) {
+		t.Parallel()
+		testFailedRecordingIsLogged(t, newHarness(t))
+	})
 }
 
 // Recorder is a publisher that counts how often each message was published
