@@ -19,13 +19,30 @@ var (
 	// ErrNotFound means no message has the given id (or none in the state the
 	// operation needs, such as dead for a dead-letter retry).
 	ErrNotFound = outboxdriver.ErrNotFound
-	// ErrClosed is returned by a relay that was shut down.
-	ErrClosed = errors.New("outbox: relay closed")
+	// ErrNotMigrated means the outbox table is missing or at an older
+	// migration than this release needs: run `outbox migrate up` (or the
+	// store's Migrator). Relay.Run returns an error wrapping it.
+	ErrNotMigrated = outboxdriver.ErrNotMigrated
+	// ErrClosed is returned by a relay that was shut down, and matched (with
+	// errors.Is) by every publisher's error for a message published after
+	// its Close: see ClosedError.
+	ErrClosed = errors.New("outbox: closed")
 	// ErrPermanent is wrapped by errors made with Permanent.
 	ErrPermanent = errors.New("permanent failure")
 	// ErrUnavailable is in the chain of errors marked with Unavailable.
 	ErrUnavailable = errors.New("destination unavailable")
 )
+
+// ClosedError returns an error with text that matches ErrClosed: the
+// error a Publisher gives, retryable, for a message published after Close,
+// so that callers recognise it whatever the publisher. Each broker package
+// exports one as its ErrClosed.
+func ClosedError(text string) error { return &closedError{text: text} }
+
+type closedError struct{ text string }
+
+func (e *closedError) Error() string        { return e.text }
+func (e *closedError) Is(target error) bool { return target == ErrClosed }
 
 // MessageError says which field of which message is invalid, and why.
 type MessageError struct {

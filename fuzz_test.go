@@ -20,9 +20,10 @@ func FuzzMessageValidation(f *testing.F) {
 	f.Add("a\x00b", "k\x00", "bad name", "v", []byte{0xff})
 	f.Add(strings.Repeat("t", MaxTopicLength+1), "k", "x-trace", "00-abc", []byte("x"))
 	f.Add("t", "k", "h\xff", "\xff", []byte("x"))
+	f.Add("t", "k", "NATS-expected-stream", "other", []byte("x"))
 	f.Fuzz(func(t *testing.T, topic, key, header, value string, payload []byte) {
 		m := Message{Topic: topic, Key: key, Payload: payload, Headers: map[string]string{header: value}}
-		err := validateMessage(&m, 1<<10)
+		err := validateMessage(&m, payloadLimit(1<<10))
 		if err != nil {
 			if _, ok := err.(*MessageError); !ok {
 				t.Fatalf("validate returned %T, want *MessageError", err)
@@ -36,7 +37,7 @@ func FuzzMessageValidation(f *testing.F) {
 			t.Fatalf("accepted key %q", key)
 		case len(payload) > 1<<10:
 			t.Fatalf("accepted a %d-byte payload over the 1 KiB limit", len(payload))
-		case ValidateHeaderName(header) != nil || !utf8.ValidString(value) || hasNUL(value):
+		case ValidateHeaderName(header) != nil || !utf8.ValidString(value) || hasNUL(value) || len(value) > MaxHeaderValueBytesDefault:
 			t.Fatalf("accepted header %q: %q", header, value)
 		}
 	})

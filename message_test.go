@@ -28,7 +28,7 @@ func TestMessageValidationRejectsEachInvalidFieldByName(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := validateMessage(&tt.msg, 10)
+			err := validateMessage(&tt.msg, payloadLimit(10))
 			var me *MessageError
 			if !errors.As(err, &me) {
 				t.Fatalf("validate() = %v, want a *MessageError for field %s", err, tt.field)
@@ -51,21 +51,29 @@ func TestMessageValidationAcceptsLimitsExactly(t *testing.T) {
 		Payload: make([]byte, 10),
 		Headers: map[string]string{"Content-Type": "application/json", "traceparent": "00-x", "x_!#$%&'*+-.^_`|~": ""},
 	}
-	if err := validateMessage(&m, 10); err != nil {
+	if err := validateMessage(&m, payloadLimit(10)); err != nil {
 		t.Fatalf("validate() of a message at every limit = %v, want nil", err)
 	}
 	big := Message{Topic: "t", Payload: make([]byte, 5<<20)}
-	if err := validateMessage(&big, 0); err != nil {
+	if err := validateMessage(&big, payloadLimit(0)); err != nil {
 		t.Fatalf("validate() with no payload limit = %v, want nil", err)
 	}
 }
 
 func TestMessageErrorNamesTheValueAndTheFix(t *testing.T) {
 	t.Parallel()
-	err := validateMessage(&Message{Topic: "orders", Payload: make([]byte, 20)}, 10)
+	err := validateMessage(&Message{Topic: "orders", Payload: make([]byte, 20)}, payloadLimit(10))
 	for _, want := range []string{"Payload", "20 bytes", "limit of 10 bytes", "MaxPayloadBytes", `topic "orders"`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
+}
+
+// payloadLimit returns the default limits with a payload limit of n bytes
+// (none for n <= 0).
+func payloadLimit(n int) messageLimits {
+	lim := defaultLimits
+	lim.payloadBytes = n
+	return lim
 }

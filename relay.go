@@ -71,7 +71,9 @@ func NewRelay(store outboxdriver.Store, pub Publisher, cfg Config) (*Relay, erro
 }
 
 // Run publishes until ctx is cancelled or Shutdown is called, and returns nil
-// then, after every goroutine it started has ended. Cancelling ctx stops at
+// then, after every goroutine it started has ended. If the store reports that
+// its table is missing or at an older migration (outboxdriver.SchemaChecker),
+// Run returns an error wrapping ErrNotMigrated at once. Cancelling ctx stops at
 // once: publishing in flight is cancelled, the other leases are released, so
 // another relay can take them without waiting for the lease to expire, and
 // the outcomes the publisher already confirmed are recorded, retried while the
@@ -96,6 +98,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		abort()
 	})
 	defer stop()
+
+	if err := r.checkSchema(ctx); err != nil {
+		return err
+	}
 
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
@@ -147,6 +153,37 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 		r.abort()
 		r.mu.Unlock()
 		return ctx.Err()
+	}
+}
+
+// checkSchema makes sure the table is ready before the relay starts, if the
+// store can tell: a missing or outdated table is an error Run returns, with
+// the fix, instead of a failed claim logged every poll for as long as the
+// relay runs. While the store cannot tell (the database is down, say), it
+// asks again with a backoff until the relay stops, which is no error.
+func (r *Relay) checkSchema(ctx context.Context) error {
+	checker, ok := r.store.(outboxdriver.SchemaChecker)
+	if !ok {
+		return nil
+	}
+	retry := backoff.New(errorPauseMin, errorPauseMax)
+	for {
+		callCtx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+		err := checker.CheckSchema(callCtx)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ErrNotMigrated):
+			r.log.Error("outbox relay: the outbox table is not ready; not starting", slog.Any("error", err))
+			return fmt.Errorf("outbox: relay not started: %w", err)
+		}
+		if ctx.Err() == nil {
+			r.log.Warn("outbox relay: cannot check the outbox table yet; retrying (check that the database is up and reachable)", slog.Any("error", err))
+		}
+		if !retry.Sleep(ctx, r.stopping) {
+			return nil
+		}
 	}
 }
 
@@ -528,7 +565,7 @@ func (r *Relay) cleanPublished(ctx context.Context) {
 	for {
 		for {
 			callCtx, cancel := context.WithTimeout(ctx, storeCallTimeout)
-			n, err := r.store.PurgePublished(callCtx, time.Now().Add(-r.cfg.Retention), r.cfg.RetentionBatch)
+			n, err := r.store.PurgePublished(callCtx, r.cfg.Retention, r.cfg.RetentionBatch)
 			cancel()
 			if err != nil {
 				if ctx.Err() == nil {

@@ -1,10 +1,10 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 )
@@ -27,17 +27,50 @@ type TxRunner[TTx any] interface {
 
 // WriterConfig configures a Writer. The zero value is ready to use.
 type WriterConfig struct {
+	// MaxHeaderValueBytes rejects a message with a longer header value, in
+	// bytes. 0 means MaxHeaderValueBytesDefault (8 KiB). Brokers and HTTP
+	// servers limit headers far below payloads: raise it only as far as
+	// every destination accepts.
+	MaxHeaderValueBytes int
+	// MaxHeaders rejects a message with more headers. 0 means
+	// MaxHeadersDefault (64).
+	MaxHeaders int
 	// MaxPayloadBytes rejects larger payloads. 0 means
 	// MaxPayloadBytesDefault (1 MiB); -1 means no limit.
 	MaxPayloadBytes int
 }
 
+// limits validates c and returns the limits it sets.
+func (c WriterConfig) limits() (messageLimits, error) {
+	lim := defaultLimits
+	switch {
+	case c.MaxHeaderValueBytes < 0:
+		return lim, &ConfigError{Field: "WriterConfig.MaxHeaderValueBytes", Value: c.MaxHeaderValueBytes,
+			Fix: fmt.Sprintf("use a positive byte count, or 0 for the default %d (8 KiB)", MaxHeaderValueBytesDefault)}
+	case c.MaxHeaders < 0:
+		return lim, &ConfigError{Field: "WriterConfig.MaxHeaders", Value: c.MaxHeaders,
+			Fix: fmt.Sprintf("use a positive count, or 0 for the default %d", MaxHeadersDefault)}
+	case c.MaxPayloadBytes < -1:
+		return lim, &ConfigError{Field: "WriterConfig.MaxPayloadBytes", Value: c.MaxPayloadBytes,
+			Fix: "use a positive byte count, 0 for the 1 MiB default, or -1 for no limit"}
+	}
+	lim = messageLimits{
+		headerValueBytes: cmp.Or(c.MaxHeaderValueBytes, lim.headerValueBytes),
+		headers:          cmp.Or(c.MaxHeaders, lim.headers),
+		payloadBytes:     cmp.Or(c.MaxPayloadBytes, lim.payloadBytes),
+	}
+	if lim.payloadBytes == -1 {
+		lim.payloadBytes = 0 // no limit
+	}
+	return lim, nil
+}
+
 // Writer adds messages to the outbox inside the application's transactions.
 // It is safe for concurrent use.
 type Writer[TTx any] struct {
-	inserter   Inserter[TTx]
-	maxPayload int
-	wake       *wakeTopic
+	inserter Inserter[TTx]
+	limits   messageLimits
+	wake     *wakeTopic
 }
 
 // NewWriter returns a Writer that stores messages through inserter.
@@ -45,22 +78,22 @@ func NewWriter[TTx any](inserter Inserter[TTx], cfg WriterConfig) (*Writer[TTx],
 	if inserter == nil {
 		return nil, &ConfigError{Field: "NewWriter inserter", Value: "nil", Fix: "pass a store, e.g. outboxpg.New(pool, outboxpg.Options{})"}
 	}
-	maxPayload := cfg.MaxPayloadBytes
-	switch {
-	case maxPayload == 0:
-		maxPayload = MaxPayloadBytesDefault
-	case maxPayload == -1:
-		maxPayload = 0
-	case maxPayload < 0:
-		return nil, &ConfigError{Field: "WriterConfig.MaxPayloadBytes", Value: maxPayload, Fix: "use a positive byte count, 0 for the 1 MiB default, or -1 for no limit"}
+	limits, err := cfg.limits()
+	if err != nil {
+		return nil, err
 	}
-	return &Writer[TTx]{inserter: inserter, maxPayload: maxPayload, wake: wakeTopicFor(inserter.Name())}, nil
+	return &Writer[TTx]{inserter: inserter, limits: limits, wake: wakeTopicFor(inserter.Name())}, nil
 }
 
-// Write validates msgs, fills in missing IDs (UUIDv7) and CreatedAt, and
-// inserts them in tx with one round trip. Nothing is published unless tx
+// Write validates msgs, fills in missing IDs (UUIDv7), and inserts them in tx
+// with one round trip. A zero CreatedAt is left for the store to stamp with
+// the database's clock (the caller's copy stays zero), so that every time the
+// relay and `outbox status` compare comes from one clock. Nothing is published unless tx
 // commits. Write never commits or rolls back tx. If any message is invalid,
-// nothing is inserted and the error is a *MessageError.
+// nothing is inserted and the error is a *MessageError: among others for a
+// header over the WriterConfig limits, or with a reserved name, one that
+// would steer a transport instead of travelling with the message (see
+// ValidateHeaderName).
 //
 // A relay in another process learns of the messages by its wake-up mechanism
 // (see the store's options); one in this process wakes at once if the
@@ -69,12 +102,11 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 	if len(msgs) == 0 {
 		return nil
 	}
-	now := time.Now().UTC()
 	for i, m := range msgs {
 		if m == nil {
 			return fmt.Errorf("outbox: message %d of %d is nil", i, len(msgs))
 		}
-		if err := validateMessage(m, w.maxPayload); err != nil {
+		if err := validateMessage(m, w.limits); err != nil {
 			return err
 		}
 	}
@@ -85,9 +117,6 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 				return fmt.Errorf("outbox: generate message id: %w", err)
 			}
 			m.ID = id
-		}
-		if m.CreatedAt.IsZero() {
-			m.CreatedAt = now
 		}
 	}
 	if err := w.inserter.InsertTx(ctx, tx, msgs); err != nil {

@@ -31,14 +31,13 @@ type idleMode struct {
 	name      string
 	relay     bool
 	watermill bool // watermill's forwarder instead, for comparison
-	pollOnly  bool
 	cfg       outbox.Config
 }
 
 var idleModes = []idleMode{
 	{name: "no relay (background of the cluster)"},
 	{name: "relay, defaults (LISTEN + poll every 1 s)", relay: true},
-	{name: "relay, poll only", relay: true, pollOnly: true, cfg: outbox.Config{DisableListen: true}},
+	{name: "relay, poll only", relay: true, cfg: outbox.Config{DisableListen: true}},
 	{name: "relay, Retention 10s (cleanup looks every 1 s)", relay: true, cfg: outbox.Config{Retention: 10 * time.Second}},
 	{name: "watermill forwarder, defaults (for comparison)", watermill: true},
 }
@@ -101,9 +100,7 @@ func (e *env) idleWindow(ctx context.Context, opts outboxpg.Options, mode idleMo
 			return res, err
 		}
 		defer pool.Close()
-		o := opts
-		o.PollOnly = mode.pollOnly
-		store, err := outboxpg.New(pool, o)
+		store, err := outboxpg.New(pool, opts)
 		if err != nil {
 			return res, err
 		}

@@ -31,7 +31,7 @@ var latencyModes = []latencyMode{
 	{name: "in-process", inProcess: true,
 		label: "writer and relay in one process, one pool: Writer.Transact wakes the relay after each commit"},
 	{name: "polling",
-		label: "writer on a pool of its own, no NOTIFY; relay with PollOnly/DisableListen: adaptive polling only (10 ms after work, doubling to 1 s)"},
+		label: "writer on a pool of its own, no NOTIFY; relay with DisableListen: adaptive polling only (10 ms after work, doubling to 1 s)"},
 	{name: "notify", notify: true,
 		label: "writer on a pool of its own with outboxpg.Options{Notify: true}; relay LISTENs (the cross-process wake-up)"},
 }
@@ -71,9 +71,8 @@ func (e *env) measureLatency(ctx context.Context, mode latencyMode, rate int) (L
 		}
 		defer writerPool.Close()
 	}
-	relayOpts := opts
-	relayOpts.PollOnly = !mode.inProcess && !mode.notify
-	relayStore, err := outboxpg.New(relayPool, relayOpts)
+	pollOnly := !mode.inProcess && !mode.notify
+	relayStore, err := outboxpg.New(relayPool, opts)
 	if err != nil {
 		return res, err
 	}
@@ -89,7 +88,7 @@ func (e *env) measureLatency(ctx context.Context, mode latencyMode, rate int) (L
 	}
 
 	rec := newLatencyRecorder()
-	relay, err := outbox.NewRelay(relayStore, rec, outbox.Config{Logger: quietLogger(), DisableListen: relayOpts.PollOnly})
+	relay, err := outbox.NewRelay(relayStore, rec, outbox.Config{Logger: quietLogger(), DisableListen: pollOnly})
 	if err != nil {
 		return res, err
 	}

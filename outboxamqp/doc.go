@@ -47,16 +47,23 @@
 //   - nil: the broker acked the message and did not return it;
 //   - retryable: the broker nacked it (ErrNacked); the channel or connection
 //     closed before its confirm came (ErrNotConfirmed); no confirm before
-//     the deadline; the broker unreachable; a missing exchange (404
-//     NOT_FOUND closes the channel: the batch fails, and later batches work
-//     once the exchange exists); a closed publisher (ErrClosed);
+//     the deadline; the broker unreachable; a closed publisher (ErrClosed);
+//     and the configuration mistakes an operator fixes, which count attempts
+//     so that a fix within the relay's backoff loses nothing: a missing
+//     exchange (404 NOT_FOUND closes the channel: the batch fails, and later
+//     batches work once the exchange exists), a refused login or virtual
+//     host, no write permission. Those are also logged at ERROR level with
+//     the fix (at most once per ConfigErrorLogInterval and exchange);
 //   - unroutable (ErrUnroutable): the broker returned the message because
 //     no queue is bound for its routing key. Retryable by default, since a
 //     missing binding is usually a deployment-order or configuration
 //     problem that someone fixes, after which the retries deliver without a
 //     manual dead-letter retry. Config.UnroutablePermanent makes it
 //     permanent (dead-lettered at once) where unbound keys are expected;
-//   - permanent: a message without id, or a routing key over 255 bytes.
+//   - permanent: a message without id, a routing key over 255 bytes, a CC
+//     or BCC header (RabbitMQ would route on it), or a body over the
+//     broker's max_message_size (ErrTooLarge: the broker closes the channel,
+//     and the rest of the batch is published again on a fresh channel).
 //
 // Messages in flight when the connection drops are never reported as
 // published: the broker may have them without the confirm having arrived,

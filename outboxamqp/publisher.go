@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,6 +46,12 @@ const (
 // maxShortString is AMQP's limit for exchange names and routing keys.
 const maxShortString = 255
 
+// ConfigErrorLogInterval is the shortest time between two ERROR logs of the
+// same configuration error (refused credentials, a missing exchange): every
+// batch fails until an operator fixes it, and one line a minute tells them
+// without flooding the log.
+const ConfigErrorLogInterval = time.Minute
+
 // sendGrace is how long sending may go on after the context ended before
 // the connection is torn down: writes block when the broker stops reading
 // (a resource alarm), and nothing else would unblock them.
@@ -52,12 +60,7 @@ const sendGrace = 2 * time.Second
 // ErrClosed is returned, for every message, by Publish after Close. It
 // matches outbox.ErrClosed with errors.Is and is retryable: another relay
 // instance, or this one after a restart, publishes the messages.
-var ErrClosed error = closedError{}
-
-type closedError struct{}
-
-func (closedError) Error() string        { return "outboxamqp: publisher closed" }
-func (closedError) Is(target error) bool { return target == outbox.ErrClosed }
+var ErrClosed = outbox.ClosedError("outboxamqp: publisher closed")
 
 // Causes of a *PublishError. Test for them with errors.Is.
 var (
@@ -76,6 +79,12 @@ var (
 	// ErrInvalidRoutingKey means the routing key is longer than AMQP allows
 	// (255 bytes). Permanent.
 	ErrInvalidRoutingKey = errors.New("invalid routing key")
+	// ErrTooLarge means the message's body is over the broker's
+	// max_message_size. Permanent. The broker closes the channel over such
+	// a message; the other messages of its batch are published again on a
+	// fresh channel, and later batches on the same connection check the
+	// size before sending.
+	ErrTooLarge = errors.New("message body over the broker's max_message_size")
 )
 
 // errNoID is the cause for a message without id: consumers could not tell
@@ -126,10 +135,14 @@ type Config struct {
 	// Exchange is the exchange every message is published to. Empty means
 	// the default exchange, which routes a message to the queue named by
 	// its routing key. The exchange must exist: publishing to a missing one
-	// fails the batch, retryably, with the broker's 404 NOT_FOUND.
+	// fails the batch, retryably (counting attempts), with the broker's 404
+	// NOT_FOUND, and logs the fix at ERROR level.
 	Exchange string
-	// Logger receives connection events (lost, re-established). Nil means
-	// slog.Default().
+	// Logger receives connection events (lost, re-established) and, at
+	// ERROR level, the configuration errors an operator must fix (refused
+	// credentials or virtual host, a missing exchange, no write
+	// permission) with the fix, at most once per ConfigErrorLogInterval
+	// each. Nil means slog.Default().
 	Logger *slog.Logger
 	// RoutingKey maps a message to its routing key. Nil means m.Topic. A
 	// key over 255 bytes makes that message fail permanently.
@@ -198,6 +211,9 @@ type Publisher struct {
 	dialFailures int
 	nextDial     time.Time
 	idle         []*channel // channels of conn free for the next batch
+
+	// configLog spaces out the ERROR logs of configuration errors.
+	configLog logLimiter
 }
 
 // Open returns a publisher for the broker at url
@@ -347,29 +363,59 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 			errs[i] = e
 		}
 	}
-	failRest := func(from int, err error) {
-		for i := from; i < len(batch); i++ {
-			if errs[i] == nil {
-				fail(i, err)
-			}
-		}
-	}
 	if err := ctx.Err(); err != nil {
-		failRest(0, fmt.Errorf("not sent: %w", context.Cause(ctx)))
+		for i := range batch {
+			fail(i, fmt.Errorf("not sent: %w", context.Cause(ctx)))
+		}
 		return errs
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.ConfirmTimeout,
 		fmt.Errorf("batch not done within Config.ConfirmTimeout (%v): %w", p.cfg.ConfirmTimeout, context.DeadlineExceeded))
 	defer cancel()
 
-	c, err := p.channel(ctx)
-	if err != nil {
-		// No connection or channel: nothing of the batch left, and the
-		// relay must not count the broker's outage against the messages.
-		failRest(0, outbox.Unavailable(err))
-		return errs
+	pending := make([]int, len(batch))
+	for i := range pending {
+		pending[i] = i
 	}
+	for round := 0; len(pending) > 0; round++ {
+		c, err := p.channel(ctx)
+		if err != nil {
+			var ce *configError
+			if round == 0 && !errors.As(err, &ce) {
+				// No connection or channel: nothing of the batch left, and
+				// the relay must not count the broker's outage against the
+				// messages. (A later round re-publishes messages that may
+				// have reached the broker, and refused credentials do not
+				// get better by waiting: those failures count.)
+				err = outbox.Unavailable(err)
+			}
+			for _, i := range pending {
+				fail(i, err)
+			}
+			return errs
+		}
+		pending = p.send(ctx, c, batch, keys, pending, errs, fail)
+		for _, i := range pending {
+			errs[i] = nil
+		}
+	}
+	return errs
+}
 
+// send publishes batch[i], for each i of idx in order, on c and waits for
+// their confirms, reporting failures through fail. It returns the messages
+// to publish again on a fresh channel: the broker closes the channel when a
+// message is over its max_message_size, and drops what follows on it; that
+// message then fails permanently alone, and the others it did not confirm
+// are returned (those published before it may reach consumers twice).
+func (p *Publisher) send(ctx context.Context, c *channel, batch []outbox.Message, keys []string, idx []int, errs []error, fail func(int, error)) (again []int) {
+	failRest := func(from int, err error) {
+		for _, i := range idx[from:] {
+			if errs[i] == nil {
+				fail(i, err)
+			}
+		}
+	}
 	// Sending blocks when the broker stops reading; only closing the
 	// connection unblocks it.
 	sent := make(chan struct{})
@@ -384,10 +430,11 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 			c.conn.abort()
 		}
 	})
+	maxSize := c.conn.maxSize.Load()
 	confirms := make([]*amqp.DeferredConfirmation, len(batch))
-	for i := range batch {
+	for n, i := range idx {
 		if ctx.Err() != nil {
-			failRest(i, fmt.Errorf("not sent: %w", context.Cause(ctx)))
+			failRest(n, fmt.Errorf("not sent: %w", context.Cause(ctx)))
 			break
 		}
 		m := &batch[i]
@@ -395,13 +442,21 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 			fail(i, outbox.Permanent(errNoID))
 			continue
 		}
+		if err := steeringHeader(m); err != nil {
+			fail(i, err)
+			continue
+		}
 		if len(keys[i]) > maxShortString {
 			fail(i, outbox.Permanent(fmt.Errorf("%w: %d bytes; AMQP allows 255", ErrInvalidRoutingKey, len(keys[i]))))
 			continue
 		}
+		if maxSize > 0 && int64(len(m.Payload)) > maxSize {
+			fail(i, outbox.Permanent(fmt.Errorf("%w: body of %d bytes, limit %d bytes (as the broker reported on this connection)", ErrTooLarge, len(m.Payload), maxSize)))
+			continue
+		}
 		dc, err := c.ch.PublishWithDeferredConfirm(p.cfg.Exchange, keys[i], true, false, publishing(m))
 		if err != nil {
-			failRest(i, fmt.Errorf("not sent: %w", c.closeReason(err)))
+			failRest(n, fmt.Errorf("not sent: %w", c.closeReason(err)))
 			break
 		}
 		confirms[i] = dc
@@ -464,7 +519,135 @@ wait:
 	// A channel with confirms still pending would mix them (and their
 	// returns) into the next batch: close it instead of reusing it.
 	p.release(c, abandoned)
-	return errs
+	if !c.ch.IsClosed() || ctx.Err() != nil {
+		return nil
+	}
+	reason := c.closeReason(nil)
+	if fix := p.channelFix(reason); fix != "" {
+		p.logConfigError("exchange\x00"+p.cfg.Exchange, reason, fix)
+		for _, i := range idx {
+			var pe *PublishError
+			if errs[i] != nil && !outbox.IsPermanent(errs[i]) && errors.As(errs[i], &pe) {
+				pe.Err = fmt.Errorf("%w; fix: %s", pe.Err, fix)
+			}
+		}
+		return nil
+	}
+	maxSize, ok := overMaxSize(reason)
+	if !ok {
+		return nil
+	}
+	c.conn.maxSize.Store(maxSize)
+	singled := false
+	for _, i := range idx {
+		switch {
+		case errs[i] == nil || outbox.IsPermanent(errs[i]):
+		case confirms[i] != nil && int64(len(batch[i].Payload)) > maxSize:
+			fail(i, outbox.Permanent(fmt.Errorf("%w: body of %d bytes, limit %d bytes: %v", ErrTooLarge, len(batch[i].Payload), maxSize, reason)))
+			singled = true
+		default:
+			again = append(again, i)
+		}
+	}
+	if !singled {
+		return nil // the limit changed under the batch: leave it retryable
+	}
+	return again
+}
+
+// maxSizeReason is RabbitMQ's reason for closing a channel over a message
+// larger than its max_message_size (the body's size is compared).
+var maxSizeReason = regexp.MustCompile(`message size \d+ is larger than (?:configured )?max size (\d+)`)
+
+// overMaxSize reports whether err is a broker's channel close over a message
+// larger than its max_message_size, and that limit.
+func overMaxSize(err error) (int64, bool) {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		return 0, false
+	}
+	m := maxSizeReason.FindStringSubmatch(ae.Reason)
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	return n, err == nil && n > 0
+}
+
+// configError is a failure the broker's configuration causes, which an
+// operator fixes: it counts an attempt instead of being unavailable.
+type configError struct {
+	err error
+	fix string
+}
+
+func (e *configError) Error() string { return e.err.Error() + "; fix: " + e.fix }
+func (e *configError) Unwrap() error { return e.err }
+
+// connectFix returns what an operator must do when the broker refused a
+// connection attempt with err for its credentials or virtual host; ""
+// otherwise. It never quotes the password.
+func connectFix(err error) string {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return ""
+	}
+	switch {
+	case ae.Code == amqp.AccessRefused && strings.Contains(ae.Reason, "SASL"):
+		return "use a SASL mechanism the broker enables (Config.AMQP.SASL)"
+	case ae.Code == amqp.AccessRefused && strings.Contains(strings.ToLower(ae.Reason), "vhost"),
+		ae.Code == amqp.NotAllowed:
+		return "check that the virtual host in the URL exists and that the user has permissions on it (rabbitmqctl set_permissions -p VHOST USER ...), or the connection limit the broker names"
+	case ae.Code == amqp.AccessRefused:
+		return "check the user and password in the URL (percent-encoded), and that the user may connect from this host"
+	}
+	return ""
+}
+
+// channelFix returns what an operator must do when the broker closed a
+// publishing channel with err for its configuration; "" otherwise.
+func (p *Publisher) channelFix(err error) string {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return ""
+	}
+	switch ae.Code {
+	case amqp.NotFound:
+		return fmt.Sprintf("declare exchange %q on the broker (of the type your bindings need), or fix Config.Exchange", p.cfg.Exchange)
+	case amqp.AccessRefused:
+		return fmt.Sprintf("grant the user write permission on exchange %q in its virtual host (rabbitmqctl set_permissions)", p.cfg.Exchange)
+	}
+	return ""
+}
+
+// logConfigError logs err, a configuration error, with its fix at ERROR
+// level, unless it was logged for key within ConfigErrorLogInterval.
+func (p *Publisher) logConfigError(key string, err error, fix string) {
+	if p.configLog.allow(key + "\x00" + fix) {
+		p.log.Error("outboxamqp: cannot publish until the configuration is fixed; the messages are retried with backoff and dead-lettered after the relay's MaxAttempts",
+			slog.String("fix", fix), slog.Any("error", err))
+	}
+}
+
+// logLimiter lets a log line through at most once per
+// ConfigErrorLogInterval for each key.
+type logLimiter struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (l *logLimiter) allow(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if at, ok := l.last[key]; ok && now.Sub(at) < ConfigErrorLogInterval {
+		return false
+	}
+	if l.last == nil || len(l.last) > 1000 {
+		l.last = map[string]time.Time{} // keys are few; forget them rather than grow without bound
+	}
+	l.last[key] = now
+	return true
 }
 
 func (p *Publisher) routingKey(m *outbox.Message) string {
@@ -472,6 +655,38 @@ func (p *Publisher) routingKey(m *outbox.Message) string {
 		return p.cfg.RoutingKey(*m)
 	}
 	return m.Topic
+}
+
+// steeringHeader returns a permanent error naming the first header (in name
+// order) of m that would steer RabbitMQ instead of travelling with the
+// message: CC or BCC in any case (RabbitMQ routes copies to the queues they
+// name, and closes the channel, failing the whole batch, when they are not
+// arrays), or one posing, in another case, as HeaderKey. A header named
+// exactly HeaderKey is replaced, as it always was. outbox.Writer refuses all
+// of these when the message is written; this catches messages written
+// before it did.
+func steeringHeader(m *outbox.Message) error {
+	bad, why := "", ""
+	for name := range m.Headers {
+		var reason string
+		switch {
+		case name == HeaderKey:
+			continue
+		case strings.EqualFold(name, "CC"), strings.EqualFold(name, "BCC"):
+			reason = "RabbitMQ routes on CC and BCC, so a message must not set them"
+		case strings.EqualFold(name, HeaderKey):
+			reason = "it would pose as the header the publisher sets"
+		default:
+			continue
+		}
+		if bad == "" || name < bad {
+			bad, why = name, reason
+		}
+	}
+	if bad == "" {
+		return nil
+	}
+	return outbox.Permanent(fmt.Errorf("header %q is reserved: %s; rename it and write the message again (outbox.Writer refuses it)", bad, why))
 }
 
 // publishing builds the AMQP message for m.
@@ -511,6 +726,10 @@ type connection struct {
 	amqp *amqp.Connection
 	net  net.Conn
 	lost chan struct{} // closed when the connection is gone
+	// maxSize is the broker's max_message_size once a channel was closed
+	// over a larger message, else 0. A new connection learns it again, so
+	// a limit changed with a broker restart is not held against messages.
+	maxSize atomic.Int64
 }
 
 func (c *connection) isLost() bool {
@@ -591,6 +810,9 @@ func (p *Publisher) dial(d *dialAttempt) {
 	failures := p.dialFailures
 	switch {
 	case err != nil:
+		if fix := connectFix(err); fix != "" {
+			err = &configError{err: err, fix: fix}
+		}
 		d.err = fmt.Errorf("connect: %w", err)
 		p.dialErr = d.err
 		p.dialFailures++
@@ -602,7 +824,10 @@ func (p *Publisher) dial(d *dialAttempt) {
 		p.dialErr, p.dialFailures = nil, 0
 	}
 	p.mu.Unlock()
+	var ce *configError
 	switch {
+	case errors.As(err, &ce):
+		p.logConfigError("connect", ce.err, ce.fix)
 	case err != nil && failures == 0:
 		p.log.Warn("outboxamqp: cannot connect to RabbitMQ; batches fail as unavailable (no attempt counted) until it answers", slog.Any("error", err))
 	case err == nil && d.err != nil:

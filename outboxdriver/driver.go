@@ -22,6 +22,23 @@ import (
 // the same value.
 var ErrNotFound = errors.New("outbox: message not found")
 
+// ErrNotMigrated means the store's table does not exist, or exists at an
+// older migration than this release needs. Errors that wrap it say which, and
+// name the fix (`outbox migrate up`, or the store's Migrator). outbox.ErrNotMigrated
+// is the same value.
+var ErrNotMigrated = errors.New("outbox: table missing or not migrated")
+
+// SchemaChecker is implemented by stores that can tell whether their table is
+// ready for this release. A relay calls it before it starts, and stops with
+// its error, rather than failing every claim for as long as it runs.
+type SchemaChecker interface {
+	// CheckSchema returns nil when the table exists with everything this
+	// release uses, an error wrapping ErrNotMigrated when it is missing or
+	// at an older migration, and any other error when it could not tell
+	// (the database is unreachable, say).
+	CheckSchema(ctx context.Context) error
+}
+
 // Status is where a stored message is in its life.
 type Status string
 
@@ -39,7 +56,7 @@ const (
 )
 
 // Message is one message to publish. Application code fills Topic, Key,
-// Payload and Headers; the writer fills ID and CreatedAt when they are zero;
+// Payload and Headers; the writer fills a zero ID and the store a zero CreatedAt;
 // the relay owns the remaining fields.
 type Message struct {
 	// ID identifies the message everywhere (UUIDv7, so ids sort by creation
@@ -55,7 +72,9 @@ type Message struct {
 	// Headers travel with the message (content type, correlation id, trace
 	// context).
 	Headers map[string]string
-	// CreatedAt is when the message was written.
+	// CreatedAt is when the message was written. When writing, zero means
+	// now by the database's clock (PostgreSQL's now(); for SQLite, which runs
+	// in the process, the host's clock), stamped by the store.
 	CreatedAt time.Time
 
 	// AvailableAt is the earliest time the relay may publish the message. When
@@ -99,11 +118,12 @@ type Store interface {
 	// read-only query (e.g. min(available_at) - now()).
 	NextDue(ctx context.Context) (time.Duration, bool, error)
 
-	// PurgePublished deletes up to limit published messages whose PublishedAt
-	// is older than before, and returns how many it deleted. At most one
-	// caller at a time across all processes does the work; the others return
-	// (0, nil) at once.
-	PurgePublished(ctx context.Context, before time.Time, limit int) (int, error)
+	// PurgePublished deletes up to limit published messages published more
+	// than olderThan ago by the database's clock (the cut-off is computed by
+	// the database, never from the caller's clock), oldest first, and returns
+	// how many it deleted. At most one caller at a time across all processes
+	// does the work; the others return (0, nil) at once.
+	PurgePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 
 	// Name identifies the table (e.g. "public.outbox") in logs and for the
 	// in-process wake-up signal.
@@ -191,9 +211,13 @@ type Admin interface {
 	// (uuid.Nil for the first page), at most limit of them.
 	ListDead(ctx context.Context, after uuid.UUID, limit int) ([]Message, error)
 	// RetryDead makes the given dead messages pending again with their attempt
-	// count reset, and returns how many it changed. With no ids it retries
-	// every dead message.
+	// count reset, and returns how many it changed. With no ids it changes
+	// nothing: an empty list built by a filter that matched nothing must not
+	// mean "all" (that is RetryAllDead).
 	RetryDead(ctx context.Context, ids ...uuid.UUID) (int, error)
+	// RetryAllDead makes every dead message pending again, as RetryDead does
+	// for chosen ones, and returns how many it changed.
+	RetryAllDead(ctx context.Context) (int, error)
 	// DiscardDead deletes the given dead messages and returns how many it
 	// deleted.
 	DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error)

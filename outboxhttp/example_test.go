@@ -15,9 +15,14 @@ import (
 
 // A receiver checks the signature before anything else, then applies the
 // message once per idempotency key. The publisher would normally be handed
-// to outbox.NewRelay; here it publishes one message directly.
+// to outbox.NewRelay; here it publishes one message directly. Both ends hold
+// the secret as Standard Webhooks tools print it: whsec_ and the base64 of
+// 32 random bytes (openssl rand -base64 32).
 func Example() {
-	secret := []byte("32 random bytes shared by both ends")
+	secret, err := outboxhttp.ParseSecret("whsec_ZXhhbXBsZSBrZXksIHVzZSAzMiByYW5kb20gYnl0ZXM=")
+	if err != nil {
+		panic(err)
+	}
 
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
@@ -25,14 +30,15 @@ func Example() {
 			http.Error(w, "body too large", http.StatusRequestEntityTooLarge)
 			return
 		}
-		if err := outboxhttp.Verify(secret, r.Header.Get(outboxhttp.HeaderSignature), body, 0); err != nil {
-			// A 4xx dead-letters the message: a forged or misconfigured
-			// sender should not be retried.
+		if err := outboxhttp.Verify(secret, r.Header, body, 0); err != nil {
+			// The publisher retries a 401 and logs it as a configuration
+			// error, so a secret fixed in time loses no message.
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
-		// Deduplicate on r.Header.Get(outboxhttp.HeaderIdempotencyKey),
-		// e.g. with an inbox table, in the transaction that applies body.
+		// Deduplicate on r.Header.Get(outboxhttp.HeaderWebhookID), the
+		// message id, e.g. with an inbox table, in the transaction that
+		// applies body.
 		fmt.Printf("received %s %s\n", r.Header.Get(outboxhttp.HeaderTopic), body)
 		w.WriteHeader(http.StatusNoContent)
 	}))

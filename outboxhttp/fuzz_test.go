@@ -2,7 +2,7 @@ package outboxhttp
 
 import (
 	"crypto/hmac"
-	"encoding/hex"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"strconv"
@@ -11,24 +11,26 @@ import (
 	"time"
 )
 
-// FuzzVerify feeds arbitrary Outbox-Signature headers, bodies, secrets and
-// clocks to the receiver's check. It must never panic, answer only nil or an
-// error wrapping ErrInvalidSignature that quotes little of the header, accept
-// only a header holding the HMAC of the body with the secret at a timestamp
-// within the tolerance, and accept what Sign made, next to any other fields,
-// exactly when that timestamp is within the tolerance.
+// FuzzVerify feeds arbitrary Standard Webhooks headers (id, timestamp,
+// signatures), bodies, secrets and clocks to the receiver's check. It must
+// never panic, answer only nil or an error wrapping ErrInvalidSignature that
+// quotes little of the headers, accept only signatures holding the HMAC of
+// "<id>.<timestamp>.<body>" with the secret at a timestamp within the
+// tolerance, and accept what Sign made, next to any other signatures,
+// exactly when that timestamp is within the tolerance and the id is usable.
 func FuzzVerify(f *testing.F) {
 	now := int64(1_780_000_000)
-	good := Sign([]byte("secret"), time.Unix(now, 0), []byte(`{"id":1}`))
-	f.Add([]byte("secret"), []byte(`{"id":1}`), good, now, now, uint32(0), int64(0))
-	f.Add([]byte("secret"), []byte(`{"id":1}`), "v2=next,x=1", now, now+300, uint32(1), int64(0))
-	f.Add([]byte("secret"), []byte(`{"id":1}`), "", now, now-301, uint32(0), int64(time.Minute))
-	f.Add([]byte(nil), []byte(""), good, now, now, uint32(0), int64(-1))
-	f.Add([]byte("k"), []byte("b"), "t=1,t=2,v1=zz", int64(0), int64(0), uint32(999_999_999), int64(time.Second))
-	f.Add([]byte("k"), []byte("b"), "nonsense", int64(-1), int64(1<<40), uint32(0), int64(1<<62))
-	f.Add([]byte("k"), []byte("b"), " t = 1 , v1="+strings.Repeat("0", 64)+", ,", int64(1), int64(1), uint32(0), int64(0))
-	f.Add([]byte(strings.Repeat("s", 100)), []byte("b"), "t=+0001780000000,v1=", now, now, uint32(0), int64(0))
-	f.Fuzz(func(t *testing.T, secret, body []byte, header string, signedAt, nowSec int64, nanos uint32, tolerance int64) {
+	id := "01890a5d-ac96-774b-bcce-b302099a8057"
+	good := Sign([]byte("secret"), id, time.Unix(now, 0), []byte(`{"id":1}`))
+	f.Add([]byte("secret"), []byte(`{"id":1}`), id, strconv.FormatInt(now, 10), good, now, now, uint32(0), int64(0))
+	f.Add([]byte("secret"), []byte(`{"id":1}`), id, "1780000000", "v1a,next x", now, now+300, uint32(1), int64(0))
+	f.Add([]byte("secret"), []byte(`{"id":1}`), "", "", "", now, now-301, uint32(0), int64(time.Minute))
+	f.Add([]byte(nil), []byte(""), id, "1780000000", good, now, now, uint32(0), int64(-1))
+	f.Add([]byte("k"), []byte("b"), "a.b", "1", "v1,zz v1,,", int64(0), int64(0), uint32(999_999_999), int64(time.Second))
+	f.Add([]byte("k"), []byte("b"), "x", "nonsense", "nonsense", int64(-1), int64(1<<40), uint32(0), int64(1<<62))
+	f.Add([]byte("k"), []byte("b"), "x", "1", "  v1,"+strings.Repeat("A", 43)+"=  \t v1,", int64(1), int64(1), uint32(0), int64(0))
+	f.Add([]byte(strings.Repeat("s", 100)), []byte("b"), "msg", "+0001780000000", "v1,", now, now, uint32(0), int64(0))
+	f.Fuzz(func(t *testing.T, secret, body []byte, id, ts, signatures string, signedAt, nowSec int64, nanos uint32, tolerance int64) {
 		// Keep the clocks within ±2^40 s (35,000 years) and the tolerance
 		// within a century, where time.Time and Duration arithmetic is exact.
 		const maxTolerance = 100 * 365 * 24 * time.Hour
@@ -43,29 +45,27 @@ func FuzzVerify(f *testing.F) {
 			age := clock.Sub(time.Unix(ts, 0))
 			return age <= effective && age >= -effective
 		}
+		usableID := id != "" && !strings.Contains(id, ".")
 
-		// Any header.
-		err := verify(secret, header, body, tol, clock)
-		checkVerifyError(t, header, err)
+		// Any headers.
+		err := verify(secret, id, ts, signatures, body, tol, clock)
+		checkVerifyError(t, signatures, err)
 		if err == nil {
-			ts, ok := signedTimestamp(secret, header, body)
-			if !ok || len(secret) == 0 || !within(ts) {
-				t.Fatalf("verify accepted %q for body %q with secret %q at %v", header, body, secret, clock)
+			unix, perr := strconv.ParseInt(ts, 10, 64)
+			if perr != nil || !usableID || len(secret) == 0 || !within(unix) || !signedBy(secret, id, ts, signatures, body) {
+				t.Fatalf("verify accepted id %q, timestamp %q, signatures %q for body %q with secret %q at %v", id, ts, signatures, body, secret, clock)
 			}
 		}
 
-		// What Sign made, alone and next to other name=value fields.
-		signed := Sign(secret, time.Unix(signedAt, 0), body)
-		want := len(secret) > 0 && within(signedAt)
-		headers := []string{signed, " " + strings.ReplaceAll(signed, ",", " , ") + " "}
-		if otherFields(header) {
-			headers = append(headers, header+","+signed, signed+","+header)
-		}
-		for _, h := range headers {
-			err := verify(secret, h, body, tol, clock)
-			checkVerifyError(t, h, err)
+		// What Sign made, alone and next to any other signatures.
+		signedTS := strconv.FormatInt(signedAt, 10)
+		sig := Sign(secret, id, time.Unix(signedAt, 0), body)
+		want := len(secret) > 0 && usableID && within(signedAt)
+		for _, sigs := range []string{sig, " " + sig + "  ", signatures + " " + sig, sig + " " + signatures} {
+			err := verify(secret, id, signedTS, sigs, body, tol, clock)
+			checkVerifyError(t, sigs, err)
 			if (err == nil) != want {
-				t.Fatalf("verify(%q) with secret %q at %v, tolerance %v: %v; want accepted = %v", h, secret, clock, tol, err, want)
+				t.Fatalf("verify(%q, %q, %q) with secret %q at %v, tolerance %v: %v; want accepted = %v", id, signedTS, sigs, secret, clock, tol, err, want)
 			}
 		}
 		if !want {
@@ -74,68 +74,44 @@ func FuzzVerify(f *testing.F) {
 		// Nothing else passes with that signature.
 		flipped := append([]byte(nil), secret...)
 		flipped[len(flipped)/2] ^= 1
-		forged := strings.Replace(signed, "t="+strconv.FormatInt(signedAt, 10)+",", "t="+strconv.FormatInt(signedAt+1, 10)+",", 1)
 		for name, err := range map[string]error{
-			"another body":      verify(secret, signed, append(body[:len(body):len(body)], 'x'), tol, clock),
-			"another secret":    verify(flipped, signed, body, tol, clock),
-			"another timestamp": verify(secret, forged, body, tol, clock),
+			"another body":      verify(secret, id, signedTS, sig, append(body[:len(body):len(body)], 'x'), tol, clock),
+			"another secret":    verify(flipped, id, signedTS, sig, body, tol, clock),
+			"another timestamp": verify(secret, id, strconv.FormatInt(signedAt+1, 10), sig, body, tol, clock),
+			"another id":        verify(secret, id+"x", signedTS, sig, body, tol, clock),
 		} {
 			if err == nil {
-				t.Fatalf("%s passes with %q (secret %q, body %q)", name, signed, secret, body)
+				t.Fatalf("%s passes with %q (id %q, secret %q, body %q)", name, sig, id, secret, body)
 			}
 		}
 	})
 }
 
-func checkVerifyError(t *testing.T, header string, err error) {
+func checkVerifyError(t *testing.T, signatures string, err error) {
 	t.Helper()
 	if err == nil {
 		return
 	}
 	if !errors.Is(err, ErrInvalidSignature) {
-		t.Fatalf("verify(%q) = %v, want ErrInvalidSignature", header, err)
+		t.Fatalf("verify(%q) = %v, want ErrInvalidSignature", signatures, err)
 	}
 	if len(err.Error()) > 300 {
-		t.Fatalf("verify(%q): a %d-byte error quotes too much of the header: %s", header, len(err.Error()), err)
+		t.Fatalf("verify(%q): a %d-byte error quotes too much of the headers: %s", signatures, len(err.Error()), err)
 	}
 }
 
-// signedTimestamp returns the t= of header if one of its v1= fields is the
-// HMAC of body at that timestamp with secret.
-func signedTimestamp(secret []byte, header string, body []byte) (int64, bool) {
-	var ts string
-	var sigs []string
-	for field := range strings.SplitSeq(header, ",") {
-		name, value, _ := strings.Cut(strings.TrimSpace(field), "=")
-		switch name {
-		case "t":
-			ts = value
-		case "v1":
-			sigs = append(sigs, value)
+// signedBy reports whether one of the space-separated v1 signatures is the
+// HMAC of "<id>.<ts>.<body>" with secret.
+func signedBy(secret []byte, id, ts, signatures string, body []byte) bool {
+	want := mac(secret, id, ts, body)
+	for _, s := range strings.Fields(signatures) {
+		if v, enc, _ := strings.Cut(s, ","); v == "v1" {
+			if b, err := base64.StdEncoding.DecodeString(enc); err == nil && hmac.Equal(b, want) {
+				return true
+			}
 		}
 	}
-	unix, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	for _, s := range sigs {
-		if sig, err := hex.DecodeString(s); err == nil && hmac.Equal(sig, mac(secret, ts, body)) {
-			return unix, true
-		}
-	}
-	return 0, false
-}
-
-// otherFields reports whether header is a list of name=value fields that
-// Verify ignores (neither t nor v1), which may stand next to a signature.
-func otherFields(header string) bool {
-	for field := range strings.SplitSeq(header, ",") {
-		name, _, ok := strings.Cut(strings.TrimSpace(field), "=")
-		if !ok || name == "t" || name == "v1" {
-			return false
-		}
-	}
-	return true
+	return false
 }
 
 // FuzzParseRetryAfter feeds arbitrary Retry-After values, as an endpoint may

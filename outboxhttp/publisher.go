@@ -2,10 +2,12 @@ package outboxhttp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -23,8 +25,9 @@ import (
 	"github.com/go-outbox/outbox"
 )
 
-// Request headers the publisher sets. They replace message headers of the
-// same names (in any case).
+// Request headers the publisher sets. A message header of the same name (in
+// any case) is dropped, except for the Webhook-* ones, which a message may
+// not set at all; see the package documentation.
 const (
 	// HeaderID carries the message id (a UUID in text form).
 	HeaderID = "Outbox-Message-Id"
@@ -33,10 +36,17 @@ const (
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderKey carries the message key; it is absent when the key is empty.
 	HeaderKey = "Outbox-Key"
-	// HeaderSignature carries the signature; see Sign and Verify.
-	HeaderSignature = "Outbox-Signature"
 	// HeaderTopic carries the message topic.
 	HeaderTopic = "Outbox-Topic"
+	// HeaderWebhookID is the Standard Webhooks webhook-id: the message id,
+	// covered by the signature.
+	HeaderWebhookID = "Webhook-Id"
+	// HeaderWebhookSignature is the Standard Webhooks webhook-signature:
+	// "v1,<base64 HMAC-SHA256>"; see Sign and Verify.
+	HeaderWebhookSignature = "Webhook-Signature"
+	// HeaderWebhookTimestamp is the Standard Webhooks webhook-timestamp: the
+	// unix seconds of sending, covered by the signature.
+	HeaderWebhookTimestamp = "Webhook-Timestamp"
 )
 
 // Defaults for Config.
@@ -57,7 +67,7 @@ const (
 
 // ErrClosed is the cause of the (retryable) errors of messages published after
 // Close.
-var ErrClosed = errors.New("outboxhttp: publisher closed")
+var ErrClosed = outbox.ClosedError("outboxhttp: publisher closed")
 
 // Config configures a Publisher. Set URL, URLs or both, and Secret; the other
 // fields have defaults.
@@ -72,13 +82,20 @@ type Config struct {
 	// has in flight at most; zero means ConcurrencyDefault. Messages of a
 	// batch are therefore sent in no particular order; see Sequential.
 	Concurrency int
+	// Logger receives, at error level, one line per batch, endpoint and
+	// status that blames the publisher's configuration (401, 403, 404...;
+	// see the package documentation). Nil means slog.Default().
+	Logger *slog.Logger
 	// MaxRetryAfter caps the delay taken from a Retry-After header; zero
 	// means MaxRetryAfterDefault.
 	MaxRetryAfter time.Duration
 	// Secret is the key of the HMAC-SHA256 signature every request carries
-	// in HeaderSignature (32 random bytes are a good choice). It is
-	// required: a receiver cannot tell a forged request from a real one
-	// without it. The publisher copies it.
+	// in HeaderWebhookSignature: the key bytes themselves, at least
+	// SecretMinLength of them (32 random bytes are a good choice). A
+	// receiver given the key as "whsec_<base64>" text uses the same bytes:
+	// ParseSecret turns that text into them. It is required: a receiver
+	// cannot tell a forged request from a real one without it. The
+	// publisher copies it.
 	Secret []byte
 	// Sequential sends a batch's messages one at a time in batch order
 	// (Concurrency is ignored), and after a retryable failure does not send
@@ -109,7 +126,10 @@ func (c Config) withDefaults() (Config, error) {
 	case c.Timeout < 0:
 		return c, &outbox.ConfigError{Field: "outboxhttp.Config.Timeout", Value: c.Timeout, Fix: "use a positive duration, or zero for the default " + TimeoutDefault.String()}
 	case len(c.Secret) == 0:
-		return c, &outbox.ConfigError{Field: "outboxhttp.Config.Secret", Value: "empty", Fix: "set the key shared with the receiver, e.g. 32 random bytes"}
+		return c, &outbox.ConfigError{Field: "outboxhttp.Config.Secret", Value: "empty", Fix: secretFix}
+	case len(c.Secret) < SecretMinLength:
+		// The length only: the value is a secret.
+		return c, &outbox.ConfigError{Field: "outboxhttp.Config.Secret", Value: fmt.Sprintf("of %d bytes", len(c.Secret)), Fix: secretFix}
 	case c.URL == "" && len(c.URLs) == 0:
 		return c, &outbox.ConfigError{Field: "outboxhttp.Config.URL", Value: "empty", Fix: "set URL to the webhook endpoint, e.g. https://example.com/hooks/outbox, or URLs per topic"}
 	}
@@ -122,10 +142,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Timeout == 0 {
 		c.Timeout = TimeoutDefault
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	c.Secret = slices.Clone(c.Secret)
 	c.URLs = maps.Clone(c.URLs)
 	return c, nil
 }
+
+// secretFix says how to set Config.Secret.
+var secretFix = fmt.Sprintf("set the key shared with the receiver: at least %d random bytes, e.g. 32 random bytes, which receivers write as %s + base64 (ParseSecret reads that form)", SecretMinLength, SecretPrefix)
 
 // endpoint is a validated destination URL.
 type endpoint struct {
@@ -236,8 +262,10 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 		return errs
 	}
 	th := &throttle{}
+	rej := &rejections{}
+	defer rej.log(p.cfg.Logger)
 	if p.cfg.Sequential {
-		p.publishInOrder(ctx, batch, errs, th)
+		p.publishInOrder(ctx, batch, errs, th, rej)
 		return errs
 	}
 	var (
@@ -251,7 +279,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 				if i >= len(batch) {
 					return
 				}
-				errs[i] = p.send(ctx, &batch[i], th)
+				errs[i] = p.send(ctx, &batch[i], th, rej)
 			}
 		})
 	}
@@ -261,7 +289,7 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 
 // publishInOrder sends one message at a time; a retryable failure holds back
 // the later messages of its key.
-func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, errs []error, th *throttle) {
+func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, errs []error, th *throttle, rej *rejections) {
 	failed := map[string]int{} // key -> index of its first retryable failure
 	for i := range batch {
 		m := &batch[i]
@@ -278,7 +306,7 @@ func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, 
 			errs[i] = err
 			continue
 		}
-		errs[i] = p.send(ctx, m, th)
+		errs[i] = p.send(ctx, m, th, rej)
 		if errs[i] != nil && !outbox.IsPermanent(errs[i]) {
 			failed[m.Key] = i
 		}
@@ -286,7 +314,7 @@ func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, 
 }
 
 // send posts one message and classifies the outcome.
-func (p *Publisher) send(ctx context.Context, m *outbox.Message, th *throttle) error {
+func (p *Publisher) send(ctx context.Context, m *outbox.Message, th *throttle, rej *rejections) error {
 	ep := p.def
 	if e, ok := p.byTopic[m.Topic]; ok {
 		ep = e
@@ -343,6 +371,13 @@ func (p *Publisher) send(ctx context.Context, m *outbox.Message, th *throttle) e
 		return pe
 	case code == http.StatusRequestTimeout || code >= 500:
 		return pe
+	case configurationFix[code] != "":
+		// The endpoint blames the publisher's setup, not this message:
+		// retried (counting an attempt), so fixing the URL or the secret
+		// within the backoff loses nothing.
+		pe.Err = errors.New(configurationFix[code])
+		rej.add(ep.safe, code, m.ID)
+		return pe
 	case code >= 300 && code < 400:
 		where := "elsewhere"
 		if loc, err := resp.Location(); err == nil {
@@ -351,9 +386,64 @@ func (p *Publisher) send(ctx context.Context, m *outbox.Message, th *throttle) e
 		pe.Err = fmt.Errorf("redirected %s, which the publisher does not follow: configure the final URL", where)
 		return outbox.Permanent(pe)
 	default:
-		// Other 4xx (and anything unexpected, 1xx included): the endpoint
-		// rejects this message; sending it again cannot help.
+		// Other 4xx (400, 413, 422... and anything unexpected, 1xx
+		// included): the endpoint rejects this message; sending it again
+		// cannot help.
 		return outbox.Permanent(pe)
+	}
+}
+
+// configurationFix maps the statuses that blame the publisher's
+// configuration rather than the message to what to check.
+var configurationFix = map[int]string{
+	http.StatusUnauthorized:      "the endpoint refuses the publisher: check the webhook URL and secret",
+	http.StatusForbidden:         "the endpoint refuses the publisher: check the webhook URL and secret",
+	http.StatusNotFound:          "no webhook at this URL: check the webhook URL and secret",
+	http.StatusMethodNotAllowed:  "the URL does not take POST: check the webhook URL and secret",
+	http.StatusProxyAuthRequired: "the HTTP proxy asks for credentials: check the webhook URL and secret, and the proxy settings",
+	http.StatusGone:              "the endpoint is gone: check the webhook URL and secret",
+}
+
+// rejections collects, for one batch, the responses that blame the
+// publisher's configuration, so that each endpoint and status is logged once
+// per batch rather than once per message.
+type rejections struct {
+	mu   sync.Mutex
+	seen map[rejection]*rejected
+}
+
+type rejection struct {
+	url    string
+	status int
+}
+
+type rejected struct {
+	first    uuid.UUID
+	messages int
+}
+
+func (r *rejections) add(url string, status int, id uuid.UUID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[rejection]*rejected{}
+	}
+	k := rejection{url, status}
+	if r.seen[k] == nil {
+		r.seen[k] = &rejected{first: id}
+	}
+	r.seen[k].messages++
+}
+
+func (r *rejections) log(l *slog.Logger) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range slices.SortedFunc(maps.Keys(r.seen), func(a, b rejection) int {
+		return cmp.Or(strings.Compare(a.url, b.url), cmp.Compare(a.status, b.status))
+	}) {
+		v := r.seen[k]
+		l.Error("outboxhttp: webhook status blames the publisher's configuration: "+configurationFix[k.status]+"; the messages are retried and count attempts",
+			slog.String("url", k.url), slog.Int("status", k.status), slog.Int("messages", v.messages), slog.String("first_message", v.first.String()))
 	}
 }
 
@@ -380,6 +470,9 @@ func (p *Publisher) request(ctx context.Context, ep *endpoint, m *outbox.Message
 			contentType = value
 			continue
 		}
+		if why, ok := forbidden[canonical]; ok {
+			return nil, fmt.Errorf("header %q cannot be set by a message: %s", name, why)
+		}
 		if reserved[canonical] {
 			continue
 		}
@@ -401,16 +494,37 @@ func (p *Publisher) request(ctx context.Context, ep *endpoint, m *outbox.Message
 		}
 		h.Set(HeaderKey, m.Key)
 	}
-	h.Set(HeaderSignature, Sign(p.cfg.Secret, time.Now(), m.Payload))
+	// The id is the message id: it is signed, so a captured request cannot
+	// be replayed under another id. The timestamp is the sending time, so
+	// each retry carries a fresh one.
+	id, now := m.ID.String(), time.Now()
+	h.Set(HeaderWebhookID, id)
+	h.Set(HeaderWebhookTimestamp, strconv.FormatInt(now.Unix(), 10))
+	h.Set(HeaderWebhookSignature, Sign(p.cfg.Secret, id, now, m.Payload))
 	return req, nil
 }
 
 // reserved lists the header names a message cannot set: the publisher's own,
-// and those that belong to the connection or the framing of the request.
+// and those that belong to the connection or the framing of the request. A
+// message header of one of these names is dropped.
 var reserved = map[string]bool{
-	HeaderID: true, HeaderIdempotencyKey: true, HeaderKey: true, HeaderSignature: true, HeaderTopic: true,
+	HeaderID: true, HeaderIdempotencyKey: true, HeaderKey: true, HeaderTopic: true,
+	HeaderWebhookID: true, HeaderWebhookSignature: true, HeaderWebhookTimestamp: true,
 	"Connection": true, "Content-Length": true, "Host": true, "Keep-Alive": true, "Proxy-Connection": true,
 	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+// forbidden lists the header names whose presence in a message fails it
+// permanently, with why: dropping them silently would hide a message that
+// tries to speak for the publisher. They are checked before reserved.
+var forbidden = map[string]string{
+	HeaderWebhookID:        "the publisher signs the message id under this name",
+	HeaderWebhookSignature: "the publisher signs every request under this name",
+	HeaderWebhookTimestamp: "the publisher signs the sending time under this name",
+	"Authorization":        "credentials belong in the webhook URL or Config.Client, not in messages",
+	"Cookie":               "credentials belong in the webhook URL or Config.Client, not in messages",
+	"Host":                 "the webhook URL names the host",
+	"Proxy-Authorization":  "proxy credentials belong in the proxy settings, not in messages",
 }
 
 // validHeaderValue mirrors net/http's check: no control characters but tab.
@@ -554,8 +668,10 @@ type PublishError struct {
 	// Retry-After), capped by Config.MaxRetryAfter.
 	RetryAfter time.Duration
 	// Err is the cause when there was no response (network error, timeout,
-	// cancelled context, message not sent) or the response cannot be
-	// accepted (a redirect); nil otherwise.
+	// cancelled context, message not sent), the response cannot be
+	// accepted (a redirect), or its status blames the publisher's
+	// configuration (401, 403, 404, 405, 407, 410: Err says what to check);
+	// nil otherwise.
 	Err error
 }
 

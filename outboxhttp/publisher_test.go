@@ -2,11 +2,14 @@ package outboxhttp_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +36,7 @@ func TestRequestCarriesTheMessageHeadersAndTheOutboxOnes(t *testing.T) {
 		"content-type":    "application/json",
 		"traceparent":     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 		"Idempotency-Key": "forged",
-		"Host":            "evil.example",
+		"Content-Length":  "1",
 	}}
 	without := outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "orders.created", Payload: []byte{0, 1}}
 	if err := errors.Join(p.Publish(context.Background(), []outbox.Message{with, without})...); err != nil {
@@ -90,14 +93,23 @@ func TestTopicsGoToTheirURLsAndATopicWithoutOneFailsPermanently(t *testing.T) {
 	}
 }
 
-func TestStatusesAreClassifiedRetryableOrPermanent(t *testing.T) {
+// A status that blames the endpoint's configuration (a wrong secret or URL)
+// is retried and counts an attempt, so fixing the configuration within the
+// backoff loses nothing; one that blames the message dead-letters it; one
+// that blames the endpoint's state is retried.
+func TestStatusesAreClassifiedByWhatTheyBlame(t *testing.T) {
 	t.Parallel()
-	for status, permanent := range map[int]bool{
-		http.StatusBadRequest: true, http.StatusUnauthorized: true, http.StatusNotFound: true,
-		http.StatusRequestEntityTooLarge: true, http.StatusUnprocessableEntity: true,
-		http.StatusMovedPermanently: true, http.StatusFound: true, http.StatusPermanentRedirect: true,
-		http.StatusRequestTimeout: false, http.StatusTooManyRequests: false, http.StatusInternalServerError: false,
-		http.StatusBadGateway: false, http.StatusServiceUnavailable: false, http.StatusGatewayTimeout: false,
+	const (
+		permanent = "permanent"
+		retried   = "retried, counting an attempt"
+	)
+	for status, want := range map[int]string{
+		http.StatusBadRequest: permanent, http.StatusRequestEntityTooLarge: permanent, http.StatusUnprocessableEntity: permanent,
+		http.StatusMovedPermanently: permanent, http.StatusFound: permanent, http.StatusPermanentRedirect: permanent,
+		http.StatusUnauthorized: retried, http.StatusForbidden: retried, http.StatusNotFound: retried,
+		http.StatusMethodNotAllowed: retried, http.StatusProxyAuthRequired: retried, http.StatusGone: retried,
+		http.StatusRequestTimeout: retried, http.StatusTooManyRequests: retried, http.StatusInternalServerError: retried,
+		http.StatusBadGateway: retried, http.StatusServiceUnavailable: retried, http.StatusGatewayTimeout: retried,
 	} {
 		e := webhooktest.NewEndpoint(t, func(w http.ResponseWriter, _ webhooktest.Request, _ int) int {
 			if status >= 300 && status < 400 {
@@ -105,23 +117,69 @@ func TestStatusesAreClassifiedRetryableOrPermanent(t *testing.T) {
 			}
 			return status
 		})
-		p := webhooktest.NewPublisher(t, outboxhttp.Config{URL: e.URL})
+		p := webhooktest.NewPublisher(t, outboxhttp.Config{URL: e.URL, Logger: slog.New(slog.DiscardHandler)})
 		m := publishertest.Messages("t", 1)[0]
 		err := p.Publish(context.Background(), []outbox.Message{m})[0]
+		got := retried
+		if outbox.IsPermanent(err) {
+			got = permanent
+		}
 		var pe *outboxhttp.PublishError
 		switch {
 		case err == nil || !errors.As(err, &pe):
 			t.Errorf("status %d: %v, want a *PublishError", status, err)
 		case pe.StatusCode != status || pe.ID != m.ID:
 			t.Errorf("status %d: error %+v has the wrong status or id", status, pe)
-		case outbox.IsPermanent(err) != permanent:
-			t.Errorf("status %d: %v is permanent %v, want %v", status, err, outbox.IsPermanent(err), permanent)
+		case got != want || outbox.IsUnavailable(err):
+			t.Errorf("status %d: %v is %s (unavailable %v), want %s", status, err, got, outbox.IsUnavailable(err), want)
 		case strings.Contains(err.Error(), "s3cret"):
 			t.Errorf("status %d: %v shows the redirect's query", status, err)
 		}
 		if n := len(e.All()); n != 1 {
 			t.Errorf("status %d: endpoint got %d requests, want 1 (redirects are not followed)", status, n)
 		}
+	}
+}
+
+// A wrong secret or URL fails every message the same way: the operator
+// hears of it once per batch, at error level, with the status, the URL
+// without credentials and what to check, and every message's error says it
+// too (the relay stores it as the message's last error).
+func TestConfigurationErrorIsLoggedOncePerBatchWithTheFix(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusUnauthorized, http.StatusNotFound, http.StatusProxyAuthRequired} {
+		e := webhooktest.NewEndpoint(t, func(http.ResponseWriter, webhooktest.Request, int) int { return status })
+		var logs bytes.Buffer
+		p := webhooktest.NewPublisher(t, outboxhttp.Config{
+			URL:    strings.Replace(e.URL, "http://", "http://user:pa55word@", 1) + "/hook?token=s3cret",
+			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		})
+		batch := publishertest.Messages("t", 3)
+		for i, err := range p.Publish(context.Background(), batch) {
+			if err == nil || !strings.Contains(err.Error(), "check the webhook URL and secret") {
+				t.Errorf("status %d, message %s: %v; want an error saying what to check", status, batch[i].ID, err)
+			}
+		}
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		want := []string{"level=ERROR", "check the webhook URL and secret", "status=" + strconv.Itoa(status), "url=" + e.URL + "/hook", "messages=3"}
+		if len(lines) != 1 {
+			t.Errorf("status %d: %d log lines, want 1 for the batch: %q", status, len(lines), lines)
+		}
+		for _, w := range want {
+			if !strings.Contains(lines[0], w) {
+				t.Errorf("status %d: log %q does not say %q", status, lines[0], w)
+			}
+		}
+		if strings.Contains(logs.String(), "pa55word") || strings.Contains(logs.String(), "s3cret") || strings.Contains(logs.String(), "user") {
+			t.Errorf("status %d: log %q shows credentials or the query", status, logs.String())
+		}
+	}
+	e := webhooktest.NewEndpoint(t, func(http.ResponseWriter, webhooktest.Request, int) int { return http.StatusBadRequest })
+	var logs bytes.Buffer
+	p := webhooktest.NewPublisher(t, outboxhttp.Config{URL: e.URL, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	p.Publish(context.Background(), publishertest.Messages("t", 2))
+	if logs.Len() != 0 {
+		t.Errorf("a message the endpoint rejects (400) is logged by the publisher: %q", logs.String())
 	}
 }
 
@@ -327,6 +385,57 @@ func TestNewRejectsInvalidConfigNamingTheField(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "pa55word") {
 			t.Errorf("New error %q shows a password", err)
+		}
+	}
+}
+
+func TestNewRejectsASecretShorterThan16BytesNamingItsLengthAndTheFix(t *testing.T) {
+	t.Parallel()
+	_, err := outboxhttp.New(outboxhttp.Config{URL: "https://example.com/hook", Secret: []byte("fifteen bytes!!")})
+	var ce *outbox.ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(ce.Field, "Secret") || !strings.Contains(err.Error(), "15 bytes") || !strings.Contains(err.Error(), "whsec_") {
+		t.Fatalf("New with a 15-byte secret: %v; want a *outbox.ConfigError naming Secret, its 15 bytes and the whsec_ fix", err)
+	}
+	if strings.Contains(err.Error(), "fifteen") {
+		t.Errorf("error %q shows the secret", err)
+	}
+	if _, err := outboxhttp.New(outboxhttp.Config{URL: "https://example.com/hook", Secret: []byte("sixteen bytes!!!")}); err != nil {
+		t.Fatalf("New with a 16-byte secret: %v", err)
+	}
+}
+
+// Some headers would let a message forge the signature, speak for the
+// publisher's credentials or point the request elsewhere: a message that
+// carries one fails permanently, alone, with the header named; the rest of
+// the batch goes out.
+func TestMessageHeadersCannotSetTheSignatureCredentialsOrHost(t *testing.T) {
+	t.Parallel()
+	e := webhooktest.NewEndpoint(t, nil)
+	p := webhooktest.NewPublisher(t, outboxhttp.Config{URL: e.URL})
+	forbidden := []string{"webhook-id", "Webhook-Timestamp", "WEBHOOK-SIGNATURE", "authorization", "Cookie", "proxy-authorization", "Host"}
+	var batch []outbox.Message
+	for _, name := range forbidden {
+		batch = append(batch, outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "t", Payload: []byte("{}"), Headers: map[string]string{name: "forged", "x-ok": "1"}})
+	}
+	fine := outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "t", Payload: []byte("{}"), Headers: map[string]string{"x-ok": "1"}}
+	batch = append(batch, fine)
+	errs := p.Publish(context.Background(), batch)
+	for i, name := range forbidden {
+		var pe *outboxhttp.PublishError
+		if err := errs[i]; !outbox.IsPermanent(err) || !errors.As(err, &pe) || pe.ID != batch[i].ID || !strings.Contains(err.Error(), strconv.Quote(name)) {
+			t.Errorf("message %s with header %q: %v; want a permanent *PublishError naming the header", batch[i].ID, name, err)
+		}
+	}
+	if err := errs[len(forbidden)]; err != nil {
+		t.Errorf("message %s without such headers: %v", fine.ID, err)
+	}
+	got := e.All()
+	if len(got) != 1 || got[0].Header.Get(outboxhttp.HeaderID) != fine.ID.String() {
+		t.Fatalf("endpoint got %d requests; want only message %s", len(got), fine.ID)
+	}
+	for _, name := range []string{"Authorization", "Cookie", "Proxy-Authorization"} {
+		if v := got[0].Header.Get(name); v != "" {
+			t.Errorf("request carries %s %q", name, v)
 		}
 	}
 }

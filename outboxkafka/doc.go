@@ -23,16 +23,19 @@
 //     dead-letters the message. These are a record too large for the client's
 //     batch limit (kgo.ProducerBatchMaxBytes) or for the topic's
 //     max.message.bytes (kerr.MessageTooLarge, kerr.RecordListTooLarge), a
-//     topic that does not exist once the client has refreshed its metadata a
-//     few times (kerr.UnknownTopicOrPartition, when the topic is not created
-//     automatically), a name Kafka cannot accept as a topic
-//     (kerr.InvalidTopicException) and a record the broker refuses
-//     (kerr.InvalidRecord).
+//     name Kafka cannot accept as a topic (kerr.InvalidTopicException) and a
+//     record the broker refuses (kerr.InvalidRecord).
 //   - unavailable (outbox.IsUnavailable): no broker answers, and the batch
 //     was not produced at all; the relay counts no attempt and pauses. See
 //     below.
 //   - any other error is retryable: a leader election, a timeout, a closed
-//     publisher, the context ending first.
+//     publisher, the context ending first; and the configuration mistakes an
+//     operator fixes, which count attempts so that a fix within the relay's
+//     backoff loses nothing: a topic that does not exist
+//     (kerr.UnknownTopicOrPartition, once the client has refreshed its
+//     metadata a few times), refused topic or cluster permissions, failed
+//     SASL authentication. Those are also logged at ERROR level with the fix
+//     (at most once per ConfigErrorLogInterval and topic).
 //
 // The client does not fail the records it could not send while no broker
 // can be dialed: it keeps them, and sends them once a broker is back. So
@@ -53,7 +56,7 @@
 // consumers drop the duplicate by HeaderID (the idempotent producer only
 // removes duplicates of its own internal retries).
 //
-// A message to a topic that does not exist is reported after the client's
+// A message to a topic that does not exist fails after the client's
 // unknown-topic retries (kgo.UnknownTopicRetries, 4 by default, spaced by
 // kgo.MetadataMinAge): about 1 to 4 seconds with Open's settings. Brokers
 // that create topics on first use (auto.create.topics.enable) do so only

@@ -47,9 +47,9 @@ func TestBrokerErrorsMapToOutcomes(t *testing.T) {
 		// Refused every time, alone too: no retry can help.
 		{"InvalidRecordIsPermanent", kerr.InvalidRecord, -1, permanent, 0},
 		{"RecordListTooLargeIsPermanent", kerr.RecordListTooLarge, -1, permanent, 0},
-		{"UnknownTopicOnProduceIsPermanent", kerr.UnknownTopicOrPartition, -1, permanent, 0},
 		// An operator can fix these; the relay's attempts and backoff
 		// bound them.
+		{"UnknownTopicOnProduceIsRetryable", kerr.UnknownTopicOrPartition, -1, retryable, 0},
 		{"AuthorizationFailureIsRetryable", kerr.TopicAuthorizationFailed, -1, retryable, 0},
 		{"NotLeaderUntilTheDeadlineIsRetryable", kerr.NotLeaderForPartition, -1, retryable, time.Second},
 		{"UnknownServerErrorIsRetryable", kerr.UnknownServerError, -1, retryable, 0},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/go-outbox/outbox"
 )
@@ -51,8 +53,14 @@ const PingTimeout = 2 * time.Second
 // MaxTopicLength is the longest Kafka topic name, in bytes.
 const MaxTopicLength = 249
 
+// ConfigErrorLogInterval is the shortest time between two ERROR logs of
+// the same configuration error (a missing topic, a refused authorization)
+// for the same topic: every batch to that topic fails until an operator
+// fixes it, and one line a minute tells them without flooding the log.
+const ConfigErrorLogInterval = time.Minute
+
 // ErrClosed is returned, retryable, for messages published after Close.
-var ErrClosed = errors.New("outboxkafka: publisher closed")
+var ErrClosed = outbox.ClosedError("outboxkafka: publisher closed")
 
 // Config configures a Publisher. The zero value sends each message to the
 // Kafka topic named like its message topic.
@@ -64,6 +72,11 @@ type Config struct {
 	// buffered to be acknowledged before it closes the client (publishers
 	// made by Open or Dial only). Zero means CloseTimeoutDefault.
 	CloseTimeout time.Duration
+	// Logger receives, at ERROR level, the configuration errors an
+	// operator must fix (a topic that does not exist, an authorization
+	// the brokers refuse) with the fix, at most once per
+	// ConfigErrorLogInterval for each topic. Nil means slog.Default().
+	Logger *slog.Logger
 	// Topic, if not empty, is the Kafka topic of every message. The message
 	// topic still travels in HeaderTopic.
 	Topic string
@@ -94,6 +107,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DialTimeoutDefault
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	return c, nil
 }
 
@@ -115,6 +131,11 @@ type Publisher struct {
 	// be dialed), so producing a batch again and again during an outage
 	// would pile up copies that all reach Kafka once it is back.
 	unreachable atomic.Bool
+	// autoCreate says whether the client asks brokers to create missing
+	// topics (kgo.AllowAutoTopicCreation), for the fix of a missing one.
+	autoCreate bool
+	// configLog spaces out the ERROR logs of configuration errors.
+	configLog logLimiter
 
 	// mu lets Close wait until no Publish is handing records to the
 	// client, so none is handed over after the client is closed.
@@ -146,6 +167,7 @@ func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 	}
 	p := &Publisher{cfg: cfg, client: client}
 	p.maxBatchBytes, _ = client.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
+	p.autoCreate, _ = client.OptValue(kgo.AllowAutoTopicCreation).(bool)
 	return p, nil
 }
 
@@ -187,6 +209,32 @@ func Dial(seeds []string, cfg Config, opts ...kgo.Opt) (*Publisher, error) {
 		return nil, fmt.Errorf("outboxkafka: no broker of %s answered within %v: %w", strings.Join(seeds, ","), p.cfg.DialTimeout, err)
 	}
 	return p, nil
+}
+
+// CheckTopic asks the cluster whether topic exists, for a start-up check of
+// the configuration: it returns an error wrapping
+// kerr.UnknownTopicOrPartition if the cluster says it does not, or the
+// error of the look-up (no broker answered, an authorization refused).
+// Publish does not need it. It never creates the topic.
+func (p *Publisher) CheckTopic(ctx context.Context, topic string) error {
+	if err := p.client.Ping(ctx); err != nil {
+		return fmt.Errorf("outboxkafka: no broker answered: %w", err)
+	}
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, p.client)
+	switch {
+	case err != nil:
+		return fmt.Errorf("outboxkafka: metadata of topic %q: %w", topic, err)
+	case len(resp.Topics) != 1:
+		return fmt.Errorf("outboxkafka: metadata of topic %q: %d topics in the answer", topic, len(resp.Topics))
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		return fmt.Errorf("outboxkafka: topic %q: %w", topic, err)
+	}
+	return nil
 }
 
 // Close stops the publisher: later Publish calls fail with ErrClosed. A
@@ -274,7 +322,12 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 	failed := false
 	for i, err := range errs {
 		if err != nil && !errors.Is(err, ErrClosed) {
-			errs[i] = classify(fmt.Errorf("outboxkafka: produce to topic %q: %w", topics[i], err))
+			err = fmt.Errorf("outboxkafka: produce to topic %q: %w", topics[i], err)
+			if fix := p.configFix(err, topics[i]); fix != "" {
+				p.logConfigError(topics[i], err, fix)
+				err = fmt.Errorf("%w; fix: %s", err, fix)
+			}
+			errs[i] = classify(err)
 			failed = true
 		}
 	}
@@ -420,6 +473,57 @@ func (w *waiter) settle(i int, err error) {
 	}
 }
 
+// configFix returns what an operator must do about err, a failure to produce
+// to topic, if it comes from the cluster's configuration rather than from
+// the message; "" otherwise. Such failures stay retryable: the fix often
+// comes within the relay's backoff, and if it never comes the messages are
+// dead-lettered after Config.MaxAttempts of the relay, not retried forever.
+func (p *Publisher) configFix(err error, topic string) string {
+	switch {
+	case (errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID)) && p.autoCreate:
+		return fmt.Sprintf("create Kafka topic %q, or enable auto.create.topics.enable on the brokers", topic)
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		return fmt.Sprintf("create Kafka topic %q, or enable auto-creation: auto.create.topics.enable on the brokers and kgo.AllowAutoTopicCreation() in the client", topic)
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		return fmt.Sprintf("grant the client's principal WRITE and DESCRIBE on Kafka topic %q", topic)
+	case errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return "grant the client's principal IDEMPOTENT_WRITE on the Kafka cluster (the producer is idempotent)"
+	case errors.Is(err, kerr.SaslAuthenticationFailed), errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return "check the SASL mechanism, user and password of the Kafka client"
+	}
+	return ""
+}
+
+// logConfigError logs err, a configuration error, with its fix, unless it
+// was logged for topic within ConfigErrorLogInterval.
+func (p *Publisher) logConfigError(topic string, err error, fix string) {
+	if p.configLog.allow(topic + "\x00" + fix) {
+		p.cfg.Logger.Error("outboxkafka: cannot produce until the configuration is fixed; the messages are retried with backoff and dead-lettered after the relay's MaxAttempts",
+			slog.String("topic", topic), slog.String("fix", fix), slog.Any("error", err))
+	}
+}
+
+// logLimiter lets a log line through at most once per
+// ConfigErrorLogInterval for each key.
+type logLimiter struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (l *logLimiter) allow(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if at, ok := l.last[key]; ok && now.Sub(at) < ConfigErrorLogInterval {
+		return false
+	}
+	if l.last == nil || len(l.last) > 1000 {
+		l.last = map[string]time.Time{} // keys are few; forget them rather than grow without bound
+	}
+	l.last[key] = now
+	return true
+}
+
 // classify marks the errors no retry can fix as permanent.
 func classify(err error) error {
 	switch {
@@ -430,9 +534,8 @@ func classify(err error) error {
 		errors.Is(err, kgo.ErrClientClosed), errors.Is(err, kgo.ErrMaxBuffered),
 		errors.Is(err, ErrClosed):
 		return err
-	case refusesBatch(err),
-		errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID),
-		errors.Is(err, kerr.InvalidTopicException):
+	// A missing topic is not among them: creating it fixes the message.
+	case refusesBatch(err), errors.Is(err, kerr.InvalidTopicException):
 		return outbox.Permanent(err)
 	}
 	return err

@@ -285,25 +285,6 @@ func TestRecordOverTheClientLimitIsPermanentWithoutASend(t *testing.T) {
 	}
 }
 
-func TestUnknownTopicIsPermanent(t *testing.T) {
-	t.Parallel()
-	c := kafkatest.Start(t)
-	p := openPublisher(t, c, outboxkafka.Config{})
-	batch := publishertest.Messages("outbox-test-never-created-"+strings.ReplaceAll(t.Name(), "/", "-"), 2)
-	start := time.Now()
-	errs := p.Publish(ctxTimeout(t, 30*time.Second), batch)
-	for i, err := range errs {
-		if !outbox.IsPermanent(err) || !errors.Is(err, kerr.UnknownTopicOrPartition) {
-			t.Errorf("message %s to a missing topic: %v, want a permanent kerr.UnknownTopicOrPartition", batch[i].ID, err)
-		}
-	}
-	d := time.Since(start)
-	t.Logf("unknown topic reported after %v", d.Round(time.Millisecond))
-	if d > 10*time.Second {
-		t.Errorf("unknown topic reported after %v; Dial's metadata refreshes should report it within about 4s", d)
-	}
-}
-
 func TestInvalidTopicNameIsPermanent(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)

@@ -38,17 +38,22 @@
 // error made with outbox.Permanent when no retry can succeed, and a plain
 // (retryable) error otherwise:
 //
-//   - permanent: no stream captures the subject (checked with the JetStream
-//     API after the server found no responder, so a server that is still
-//     starting does not count); a message over the server's max_payload or
-//     the stream's MaxMsgSize; a subject NATS cannot route (empty, with
-//     spaces, empty tokens or wildcards); a message without id; any other
-//     JetStream rejection with status 400 (a wrong expected stream, a bad
-//     Nats-TTL...), except account resource limits;
+//   - permanent: a message over the server's max_payload or the stream's
+//     MaxMsgSize; a subject NATS cannot route (empty, with spaces, empty
+//     tokens or wildcards); a message without id; a message with a Nats-*
+//     header it was not meant to carry; any other JetStream rejection with
+//     status 400 (a bad Nats-TTL...), except account resource limits and
+//     the configuration mistakes below;
 //   - retryable: no acknowledgement within Config.AckTimeout or before the
-//     context ends, a connection lost or reconnecting, a closed connection or
-//     publisher, JetStream unavailable or out of storage, no responder while
-//     the stream cannot be looked up.
+//     context ends, a connection lost or reconnecting, a closed publisher,
+//     JetStream unavailable or out of storage, no responder while the stream
+//     cannot be looked up; and the configuration mistakes an operator fixes,
+//     which count attempts so that a fix within the relay's backoff loses
+//     nothing: no stream captures the subject (ErrNoStream, checked with the
+//     JetStream API after the server found no responder), another stream
+//     than Config.Stream captures it, the server refused the credentials or
+//     closed the connection for good. Those are also logged at ERROR level
+//     with the fix (at most once per ConfigErrorLogInterval and subject).
 //
 // Every error is a *PublishError naming the message id and subject.
 //

@@ -41,6 +41,12 @@ const (
 	DrainTimeoutDefault = 5 * time.Second
 )
 
+// ConfigErrorLogInterval is the shortest time between two ERROR logs of the
+// same configuration error (no stream for a subject, refused credentials)
+// for the same subject: every batch fails until an operator fixes it, and
+// one line a minute tells them without flooding the log.
+const ConfigErrorLogInterval = time.Minute
+
 // sendGrace is how long sending may go on after Publish's context ended
 // before the network connection of a Dial'ed publisher is closed under
 // nats.go: a write to a network path that stopped taking data blocks (up to
@@ -51,16 +57,13 @@ const sendGrace = 2 * time.Second
 // ErrClosed is returned, for every message, by Publish after Close. It
 // matches outbox.ErrClosed with errors.Is and is retryable: another relay
 // instance, or this one after a restart, publishes the messages.
-var ErrClosed error = closedError{}
-
-type closedError struct{}
-
-func (closedError) Error() string        { return "outboxnats: publisher closed" }
-func (closedError) Is(target error) bool { return target == outbox.ErrClosed }
+var ErrClosed = outbox.ClosedError("outboxnats: publisher closed")
 
 // ErrNoStream means no JetStream stream captures the message's subject. It is
-// permanent: fix the stream's subjects or the publisher's subject mapping,
-// then retry the dead letters.
+// retryable, and counts an attempt: adding a stream, or fixing the stream's
+// subjects or the publisher's subject mapping, within the relay's backoff
+// loses nothing; left unfixed, the message is dead-lettered after the
+// relay's MaxAttempts. The publisher logs the fix at ERROR level.
 var ErrNoStream = errors.New("no JetStream stream captures the subject")
 
 // ErrInvalidSubject means the subject a message maps to cannot be published
@@ -109,11 +112,15 @@ type Config struct {
 	DrainTimeout time.Duration
 	// Logger receives the connection events of a Dial'ed connection
 	// (disconnected, reconnected, closed, asynchronous errors such as
-	// permission violations). Nil means slog.Default().
+	// permission violations) and, at ERROR level, the configuration errors
+	// an operator must fix (no stream for a subject, refused credentials)
+	// with the fix, at most once per ConfigErrorLogInterval each. Nil means
+	// slog.Default().
 	Logger *slog.Logger
 	// Stream, if set, names the stream every message must land in: JetStream
-	// rejects (permanently) a message whose subject another stream captures,
-	// instead of storing it there.
+	// rejects a message whose subject another stream captures instead of
+	// storing it there. That is a configuration error (logged at ERROR
+	// level with the fix), retryable like ErrNoStream.
 	Stream string
 	// Subject maps a message to its subject. Nil means SubjectPrefix +
 	// m.Topic. A function returning an invalid subject (empty, with spaces,
@@ -177,6 +184,9 @@ type Publisher struct {
 
 	mu     sync.RWMutex // held for reading by Publish, for writing by Close
 	closed bool
+
+	// configLog spaces out the ERROR logs of configuration errors.
+	configLog logLimiter
 
 	// onAck, if set (by tests), sees every acknowledgement.
 	onAck func(m *outbox.Message, ack *jetstream.PubAck)
@@ -422,10 +432,20 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 	if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
 		// While nats.go reconnects it would buffer the batch and maybe send
 		// it later: fail it unsent instead, as unavailable, so the relay
-		// counts no attempt and pauses until the server is back.
+		// counts no attempt and pauses until the server is back. Unless
+		// waiting cannot help: the server refused the credentials, or the
+		// connection is closed for good. Then the failure counts an
+		// attempt, so a setup never fixed ends in dead letters rather
+		// than in an endless pause.
+		cause := fmt.Errorf("not sent: not connected to a NATS server (connection %s)", nc.Status())
+		mark := outbox.Unavailable
+		if fix := connectionFix(nc); fix != "" {
+			cause = fmt.Errorf("%w: %v; fix: %s", cause, nc.LastError(), fix)
+			mark = func(err error) error { return err }
+			p.logConfigError("", cause, fix)
+		}
 		for i := range batch {
-			errs[i] = outbox.Unavailable(&PublishError{ID: batch[i].ID, Subject: p.subject(&batch[i]),
-				Err: fmt.Errorf("not sent: not connected to a NATS server (connection %s)", nc.Status())})
+			errs[i] = mark(&PublishError{ID: batch[i].ID, Subject: p.subject(&batch[i]), Err: cause})
 		}
 		return errs
 	}
@@ -490,6 +510,10 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 		if errors.Is(err, jetstream.ErrNoStreamResponse) {
 			noResponders = append(noResponders, i)
 		}
+		if fix := p.streamFix(err, subjects[i]); fix != "" {
+			p.logConfigError(subjects[i], err, fix)
+			err = fmt.Errorf("%w; fix: %s", err, fix)
+		}
 		errs[i] = classify(&PublishError{ID: batch[i].ID, Subject: subjects[i], Err: err})
 	}
 	if len(noResponders) > 0 {
@@ -520,9 +544,10 @@ func await(ctx context.Context, f jetstream.PubAckFuture) (*jetstream.PubAck, er
 }
 
 // checkStreams decides, for messages the server found no responder for,
-// between "no stream captures the subject" (permanent) and "JetStream not
-// answering yet" (a server starting up, a stream leader moving: retryable),
-// by asking the JetStream API which stream captures each subject.
+// between "no stream captures the subject" (ErrNoStream, logged with its
+// fix) and "JetStream not answering yet" (a server starting up, a stream
+// leader moving), by asking the JetStream API which stream captures each
+// subject. Both are retryable.
 func (p *Publisher) checkStreams(ctx context.Context, batch []outbox.Message, subjects []string, idx []int, errs []error) {
 	missing := map[string]bool{}
 	for _, i := range idx {
@@ -534,7 +559,11 @@ func (p *Publisher) checkStreams(ctx context.Context, batch []outbox.Message, su
 			missing[subj] = gone
 		}
 		if gone {
-			errs[i] = outbox.Permanent(&PublishError{ID: batch[i].ID, Subject: subj, Err: ErrNoStream})
+			fix := fmt.Sprintf("add a stream whose subjects cover %q (e.g. nats stream add NAME --subjects '%s'), or fix the publisher's subject mapping", subj, subj)
+			if !seen {
+				p.logConfigError(subj, ErrNoStream, fix)
+			}
+			errs[i] = &PublishError{ID: batch[i].ID, Subject: subj, Err: fmt.Errorf("%w; fix: %s", ErrNoStream, fix)}
 		}
 	}
 }
@@ -554,6 +583,9 @@ func (p *Publisher) message(m *outbox.Message, subject string) (*nats.Msg, error
 	if err := validSubject(subject); err != nil {
 		return nil, err
 	}
+	if err := steeringHeader(m); err != nil {
+		return nil, err
+	}
 	h := make(nats.Header, len(m.Headers)+3)
 	for k, v := range m.Headers {
 		h.Set(k, v)
@@ -566,6 +598,38 @@ func (p *Publisher) message(m *outbox.Message, subject string) (*nats.Msg, error
 		h.Del(HeaderKey) // an application header must not pose as the key
 	}
 	return &nats.Msg{Subject: subject, Data: m.Payload, Header: h}, nil
+}
+
+// steeringHeader returns a permanent error naming the first header (in name
+// order) of m that would steer JetStream instead of travelling with the
+// message: a Nats-* header in any case (JetStream acts on Nats-Rollup,
+// Nats-Expected-*, Nats-TTL, Nats-Msg-Id...), or one posing, in another
+// case, as a header the publisher sets (consumers may read names in any
+// case). A header of exactly a name the publisher sets is replaced, as it
+// always was. outbox.Writer refuses all of these when the message is
+// written; this catches messages written before it did.
+func steeringHeader(m *outbox.Message) error {
+	bad, why := "", ""
+	for name := range m.Headers {
+		var reason string
+		switch {
+		case name == HeaderKey, name == HeaderMsgID, name == HeaderTopic:
+			continue
+		case len(name) >= len("Nats-") && strings.EqualFold(name[:len("Nats-")], "Nats-"):
+			reason = "JetStream acts on Nats-* headers, so a message must not set one"
+		case strings.EqualFold(name, HeaderKey), strings.EqualFold(name, HeaderTopic):
+			reason = "it would pose as the header the publisher sets"
+		default:
+			continue
+		}
+		if bad == "" || name < bad {
+			bad, why = name, reason
+		}
+	}
+	if bad == "" {
+		return nil
+	}
+	return outbox.Permanent(fmt.Errorf("header %q is reserved: %s; rename it and write the message again (outbox.Writer refuses it)", bad, why))
 }
 
 // validSubject accepts what a NATS server routes as a literal subject:
@@ -589,10 +653,76 @@ func validSubject(s string) error {
 }
 
 // retryable400 are JetStream rejections with status 400 that an operator
-// fixes without touching the message: account limits.
+// fixes without touching the message: account limits, streams.
 var retryable400 = map[jetstream.ErrorCode]bool{
-	10002: true, // resource limits exceeded for account
-	10120: true, // no JetStream default or applicable tiered limit present
+	10002:               true, // resource limits exceeded for account
+	errStreamNotMatched: true,
+	10120:               true, // no JetStream default or applicable tiered limit present
+}
+
+// errStreamNotMatched is JetStream's "expected stream does not match": the
+// subject is captured by another stream than Config.Stream.
+const errStreamNotMatched jetstream.ErrorCode = 10060
+
+// streamFix returns what an operator must do about err, JetStream's refusal
+// of a message to subject, when the streams' configuration causes it; ""
+// otherwise.
+func (p *Publisher) streamFix(err error, subject string) string {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errStreamNotMatched {
+		return fmt.Sprintf("subject %q is captured by another stream than Config.Stream %q: add it to the subjects of stream %q (and remove it from the other's), or fix Config.Stream or the subject mapping", subject, p.cfg.Stream, p.cfg.Stream)
+	}
+	return ""
+}
+
+// connectionFix returns what an operator must do when nc, not connected,
+// cannot get better by waiting: the server refused the credentials, or the
+// connection is closed and never reconnects; "" otherwise.
+func connectionFix(nc *nats.Conn) string {
+	last := nc.LastError()
+	switch {
+	case errors.Is(last, nats.ErrAuthorization):
+		return "check the user and password (or token, or credentials file) given for the NATS server, and its authorization settings"
+	case errors.Is(last, nats.ErrAuthExpired), errors.Is(last, nats.ErrAuthRevoked), errors.Is(last, nats.ErrAccountAuthExpired):
+		return "renew the NATS credentials (user JWT or credentials file)"
+	case nc.IsClosed():
+		return "the NATS connection is closed and never reconnects: restart the relay (or, for a connection given to outboxnats.New, give it nats.MaxReconnects(-1))"
+	}
+	return ""
+}
+
+// logConfigError logs err, a configuration error, with its fix at ERROR
+// level, unless it was logged for subject within ConfigErrorLogInterval.
+func (p *Publisher) logConfigError(subject string, err error, fix string) {
+	if !p.configLog.allow(subject + "\x00" + fix) {
+		return
+	}
+	attrs := []any{slog.String("fix", fix), slog.Any("error", err)}
+	if subject != "" {
+		attrs = append([]any{slog.String("subject", subject)}, attrs...)
+	}
+	p.cfg.Logger.Error("outboxnats: cannot publish until the configuration is fixed; the messages are retried with backoff and dead-lettered after the relay's MaxAttempts", attrs...)
+}
+
+// logLimiter lets a log line through at most once per
+// ConfigErrorLogInterval for each key.
+type logLimiter struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (l *logLimiter) allow(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if at, ok := l.last[key]; ok && now.Sub(at) < ConfigErrorLogInterval {
+		return false
+	}
+	if l.last == nil || len(l.last) > 1000 {
+		l.last = map[string]time.Time{} // keys are few; forget them rather than grow without bound
+	}
+	l.last[key] = now
+	return true
 }
 
 // classify marks e permanent when no retry can deliver its message.

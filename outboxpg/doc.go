@@ -82,5 +82,5 @@
 // the transaction commits. NOTIFY takes a database-wide lock while
 // committing, so it costs write throughput under concurrency; it is off by
 // default. ListenForWrites holds one connection of its own, which sends
-// nothing while idle; Options.PollOnly turns it off.
+// nothing while idle; the relay's Config.DisableListen turns it off.
 package outboxpg

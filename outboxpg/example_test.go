@@ -98,6 +98,15 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxpg.DirectionDown))
 	// Output:
+	// -- 004_queue_autovacuum.down.sql
+	// -- Back to the cluster's autovacuum settings for this table.
+	// ALTER TABLE "billing"."outbox" RESET (
+	// 	autovacuum_vacuum_scale_factor,
+	// 	autovacuum_vacuum_threshold,
+	// 	autovacuum_vacuum_cost_delay,
+	// 	autovacuum_analyze_scale_factor,
+	// 	autovacuum_analyze_threshold
+	// );
 	// -- 003_key_order.down.sql
 	// DROP INDEX "billing"."outbox_key_idx";
 	// ALTER TABLE "billing"."outbox" DROP COLUMN seq;

@@ -2,7 +2,6 @@ package outboxpg
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -25,12 +24,9 @@ const (
 //
 // wake is also called each time listening starts, the first time included,
 // since notifications sent while not listening are lost. After a connection
-// failure it reconnects with a backoff from 100 ms doubling to 5 s. With
-// Options.PollOnly it returns an error at once.
+// failure it reconnects with a backoff from 100 ms doubling to 5 s. A relay
+// with Config.DisableListen never calls it (no listening connection).
 func (s *Store) ListenForWrites(ctx context.Context, wake func()) error {
-	if s.opts.PollOnly {
-		return errors.New("outboxpg: listening for writes to " + s.Name() + " is off (Options.PollOnly); the relay polls")
-	}
 	retry := backoff.New(listenBackoffMin, listenBackoffMax)
 	for {
 		conn, err := s.listen(ctx)

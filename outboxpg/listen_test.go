@@ -159,15 +159,3 @@ func TestListenForWritesWakesOnCommitAndAfterReconnecting(t *testing.T) {
 		t.Fatalf("ListenForWrites did not return within %v of cancel", notifyTimeout)
 	}
 }
-
-func TestListenForWritesIsOffWhenPollOnly(t *testing.T) {
-	t.Parallel()
-	store, err := outboxpg.New(pgxpoolForValidation, outboxpg.Options{PollOnly: true})
-	if err != nil {
-		t.Fatalf("new store: %v", err)
-	}
-	err = store.ListenForWrites(t.Context(), func() { t.Errorf("wake called although listening is off") })
-	if err == nil || errors.Is(err, context.Canceled) {
-		t.Fatalf("ListenForWrites with PollOnly: %v; want an error saying listening is off", err)
-	}
-}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"log/slog"
 
 	"github.com/go-outbox/outbox/internal/sqlident"
 )
@@ -46,10 +47,9 @@ type Options struct {
 	// every relay of the table: a relay without it claims regardless of
 	// keys. A dead message no longer holds its key back. Default false.
 	OrderByKey bool
-	// PollOnly turns ListenForWrites off: it returns an error at once and the
-	// relay only polls. Use it when writers never notify, to save the
-	// dedicated listening connection. Default false (listen).
-	PollOnly bool
+	// Logger receives what the store handles by itself but an operator must
+	// know of, such as rows it could not dead-letter. Default slog.Default().
+	Logger *slog.Logger
 	// Schema holds the table. It must match ^[a-z_][a-z0-9_]*$ and have at
 	// most MaxSchemaLength bytes. Default SchemaDefault ("public").
 	Schema string

@@ -24,7 +24,7 @@ type statements struct {
 	claim           string // $1 lease in microseconds, $2 token, $3 limit
 	release         string // $1 ids, $2 token
 	nextDue         string
-	purge           string // $1 before, $2 limit
+	purge           string // $1 age in microseconds, $2 limit
 
 	stats       string
 	get         string // $1 id
@@ -201,7 +201,7 @@ END`),
 		purge: sql(`
 DELETE FROM {t} WHERE id = ANY(ARRAY(
 	SELECT id FROM {t}
-	WHERE status = 'published' AND published_at < $1
+	WHERE status = 'published' AND published_at < now() - $1::bigint * interval '1 microsecond'
 	ORDER BY published_at
 	LIMIT $2
 )) AND status = 'published'`),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -53,6 +54,13 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n, opts.OrderByKey)}
 	s.ins = newInserter(n, &s.stmts, opts.Notify)
 	return s, nil
+}
+
+func (s *Store) logger() *slog.Logger {
+	if s.opts.Logger != nil {
+		return s.opts.Logger
+	}
+	return slog.Default()
 }
 
 // Name returns "schema.table".
@@ -123,7 +131,10 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		// operator sees them, instead of failing every claim that meets
 		// them. If this fails, their lease runs out and the next claim
 		// tries again; the rest of the batch is ours either way.
-		_ = s.settleDeadNow(ctx, claim.Token, undecodable)
+		if err := s.settleDeadNow(ctx, claim.Token, undecodable); err != nil {
+			s.logger().Error("outboxpg: dead-lettering messages whose stored row cannot be decoded failed; they are claimed and tried again when their lease expires (check the database's log, and the rows' headers column)",
+				slog.String("outbox_table", s.Name()), slog.Int("messages", len(undecodable)), slog.String("first_id", undecodable[0].ID.String()), slog.Any("error", err))
+		}
 	}
 	return msgs, nil
 }
@@ -232,15 +243,18 @@ func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	return time.Duration(wait.Int64) * time.Microsecond, true, nil
 }
 
-// PurgePublished deletes up to limit published messages older than before, in
-// a transaction that first tries a transaction-scoped advisory lock derived
+// PurgePublished deletes up to limit published messages published more than
+// olderThan ago by the database's clock, in a transaction that first tries a transaction-scoped advisory lock derived
 // from the table's name: if another caller holds it, PurgePublished returns
 // (0, nil) at once.
-func (s *Store) PurgePublished(ctx context.Context, before time.Time, limit int) (n int, err error) {
+func (s *Store) PurgePublished(ctx context.Context, olderThan time.Duration, limit int) (n int, err error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("outboxpg: purge published messages in %s: limit %d must be positive", s.Name(), limit)
 	}
-	n, err = execIfLocked(ctx, s.pool, s.names.purgeLockKey, s.stmts.purge, before, limit)
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outboxpg: purge published messages in %s: age %v must not be negative", s.Name(), olderThan)
+	}
+	n, err = execIfLocked(ctx, s.pool, s.names.purgeLockKey, s.stmts.purge, olderThan.Microseconds(), limit)
 	if err != nil {
 		return 0, fmt.Errorf("outboxpg: purge published messages in %s: %w", s.Name(), err)
 	}
@@ -307,14 +321,23 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 	return msgs, nil
 }
 
-// RetryDead makes the given dead messages (all of them when ids is empty)
-// pending and due at once, with their attempt count reset and their last error
-// kept for reference. It returns how many it changed.
+// RetryDead makes the given dead messages pending and due at once, with their
+// attempt count reset and their last error kept for reference. It returns how
+// many it changed. With no ids it changes nothing; see RetryAllDead.
 func (s *Store) RetryDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
-	q, args := s.stmts.retryAll, []any(nil)
-	if len(ids) > 0 {
-		q, args = s.stmts.retryDead, []any{pgUUIDs(ids)}
+	if len(ids) == 0 {
+		return 0, nil
 	}
+	return s.retryDead(ctx, s.stmts.retryDead, pgUUIDs(ids))
+}
+
+// RetryAllDead makes every dead message pending and due at once, as
+// RetryDead does for chosen ones.
+func (s *Store) RetryAllDead(ctx context.Context) (int, error) {
+	return s.retryDead(ctx, s.stmts.retryAll)
+}
+
+func (s *Store) retryDead(ctx context.Context, q string, args ...any) (int, error) {
 	tag, err := s.pool.Exec(ctx, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("outboxpg: retry dead messages in %s: %w", s.Name(), err)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/relaytest"
 	"github.com/go-outbox/outbox/storetest"
 )
 
@@ -396,14 +398,13 @@ func TestPurgePublishedReturnsAtOnceWhileAnotherPurges(t *testing.T) {
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, outboxpg.PurgeLockKey(store)); err != nil {
 		t.Fatalf("take the purge lock: %v", err)
 	}
-	before := time.Now().Add(time.Hour)
-	if n, err := store.PurgePublished(ctx, before, 10); err != nil || n != 0 {
+	if n, err := store.PurgePublished(ctx, 0, 10); err != nil || n != 0 {
 		t.Fatalf("purge while another holds the lock: %d, %v; want 0, nil", n, err)
 	}
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, outboxpg.PurgeLockKey(store)); err != nil {
 		t.Fatalf("release the purge lock: %v", err)
 	}
-	if n, err := store.PurgePublished(ctx, before, 10); err != nil || n != 1 {
+	if n, err := store.PurgePublished(ctx, 0, 10); err != nil || n != 1 {
 		t.Fatalf("purge after the lock was released: %d, %v; want 1 (message %s)", n, err, m.ID)
 	}
 }
@@ -415,8 +416,11 @@ func TestAdminRejectsBadLimits(t *testing.T) {
 	if _, err := store.ListDead(ctx, uuid.Nil, 0); err == nil {
 		t.Fatalf("ListDead with limit 0: no error; want one")
 	}
-	if _, err := store.PurgePublished(ctx, time.Now(), 0); err == nil {
+	if _, err := store.PurgePublished(ctx, 0, 0); err == nil {
 		t.Fatalf("PurgePublished with limit 0: no error; want one")
+	}
+	if _, err := store.PurgePublished(ctx, -time.Second, 1); err == nil {
+		t.Fatalf("PurgePublished with a negative age: no error; want one")
 	}
 	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1}); err == nil {
 		t.Fatalf("SettleAndClaim with a zero lease: no error; want one")
@@ -486,5 +490,67 @@ func testClaimsAreHeapOnly(t *testing.T, payloadSize int) {
 	}
 	if updates != n || hot != n {
 		t.Fatalf("claim of %d messages: %d row updates, %d of them heap-only; want every one heap-only", n, updates, hot)
+	}
+}
+
+// A row whose headers cannot be decoded is dead-lettered by the claim that
+// meets it; if that fails, the store says so instead of dropping the error.
+func TestFailedDeadLetteringOfAnUndecodableRowIsLogged(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	logs := &relaytest.LogCapture{}
+	store := newStore(t, pool, outboxpg.Options{Logger: slog.New(logs)})
+	ctx := t.Context()
+	bad := &outbox.Message{Topic: "orders", Payload: []byte("x")}
+	if err := store.RunInTx(ctx, func(tx pgx.Tx) error { return newWriter(t, outbox.Inserter[pgx.Tx](store)).Write(ctx, tx, bad) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := setStoredHeaders(pool, store.Name())(ctx, bad.ID, `{"n": 1}`); err != nil {
+		t.Fatal(err)
+	}
+	schema, table, _ := strings.Cut(store.Name(), ".")
+	if _, err := pool.Exec(ctx, `
+CREATE FUNCTION `+schema+`.refuse_dead() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.status = 'dead' THEN RAISE EXCEPTION 'dead letters refused (injected)'; END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_dead BEFORE UPDATE ON `+schema+`.`+table+` FOR EACH ROW EXECUTE FUNCTION `+schema+`.refuse_dead();`); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: uuid.New()})
+	if err != nil || len(msgs) != 0 {
+		t.Fatalf("claim: %d messages, %v; want none (the only row is undecodable) and no error", len(msgs), err)
+	}
+	if !logs.Has(slog.LevelError, "dead letters refused (injected)") {
+		t.Fatalf("dead-lettering undecodable message %s failed and nothing was logged at error level; logs:\n%s", bad.ID, logs.String())
+	}
+}
+
+// A message written without CreatedAt gets the database's time of the
+// writing transaction, not the application host's clock, so that its age in
+// `outbox status` and the relay's comparisons use one clock.
+func TestCreatedAtIsTheDatabaseTimeOfTheWritingTransaction(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, pgtest.Pool(t), outboxpg.Options{})
+	w := newWriter(t, outbox.Inserter[pgx.Tx](store))
+	ctx := t.Context()
+	m := &outbox.Message{Topic: "orders", Payload: []byte("x")}
+	var txTime time.Time
+	err := store.RunInTx(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&txTime); err != nil {
+			return err
+		}
+		return w.Write(ctx, tx, m)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.Get(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.CreatedAt.Equal(txTime) {
+		t.Fatalf("message %s created at %v; want the writing transaction's now(), %v", m.ID, got.CreatedAt, txTime)
 	}
 }

@@ -112,7 +112,7 @@ func TestServerErrorIsRetriedUntilTheEndpointAcceptsTheMessage(t *testing.T) {
 		if got := r.Header.Get(outboxhttp.HeaderIdempotencyKey); got != m.ID.String() {
 			t.Errorf("request %d: Idempotency-Key %q, want the message id %s", i, got, m.ID)
 		}
-		if err := outboxhttp.Verify(webhooktest.Secret, r.Header.Get(outboxhttp.HeaderSignature), r.Body, 0); err != nil {
+		if err := outboxhttp.Verify(webhooktest.Secret, r.Header, r.Body, 0); err != nil {
 			t.Errorf("request %d: %v", i, err)
 		}
 	}

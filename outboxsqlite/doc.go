@@ -97,7 +97,8 @@
 // price is CPU in the relay's process: about 1.7 % of one core at 10 ms on a
 // 2-core machine, half of it Go's timer wake-up (a relay that only polls
 // uses 0.15 %). Options.WatchInterval trades it against wake-up latency;
-// Options.PollOnly turns it off, and the relay then relies on its polling.
+// The relay's Config.DisableListen turns it off, and the relay then relies on
+// its polling.
 //
 // # Limits
 //

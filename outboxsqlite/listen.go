@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -42,13 +43,11 @@ const (
 //
 // wake is also called when listening starts and each time the watcher
 // starts again after a failure (with a backoff from 100 ms doubling to
-// 5 s), since commits made meanwhile went unseen. With Options.PollOnly, or
-// on a *sql.DB limited to one connection (which the watcher would take from
-// everybody else), it returns an error at once and the relay only polls.
+// 5 s), since commits made meanwhile went unseen. On a *sql.DB limited to
+// one connection (which the watcher would take from everybody else), it
+// returns an error at once and the relay only polls. A relay with
+// Config.DisableListen never calls it.
 func (s *Store) ListenForWrites(ctx context.Context, wake func()) error {
-	if s.set.pollOnly {
-		return errors.New("outboxsqlite: watching " + s.Name() + " for writes is off (Options.PollOnly); the relay polls")
-	}
 	if s.db.Stats().MaxOpenConnections == 1 {
 		return errors.New("outboxsqlite: the *sql.DB of " + s.Name() + " is limited to one connection, which watching for writes would hold for good; the relay polls (allow two connections or more to watch)")
 	}
@@ -105,11 +104,18 @@ func (w *watchers) wakeAll() {
 }
 
 // watchUntil runs the watcher until ctx is done, starting it again after
-// failures with a backoff.
+// failures with a backoff. Relays poll meanwhile, so a failure delays
+// wake-ups but loses nothing; it is logged, since a watcher that keeps failing
+// means every wake-up waits for a poll.
 func (s *Store) watchUntil(ctx context.Context, wake func()) {
 	retry := backoff.New(listenBackoffMin, listenBackoffMax)
 	for {
-		_ = s.watch(ctx, wake, retry.Reset) // the relays poll meanwhile
+		err := s.watch(ctx, wake, retry.Reset)
+		if ctx.Err() != nil {
+			return
+		}
+		s.set.logger.Warn("outboxsqlite: the write watcher failed; relays poll until it starts again (check that the database file is readable and not on a network file system)",
+			slog.String("outbox_table", s.Name()), slog.Duration("retry_in", retry.Next()), slog.Any("error", err))
 		if !retry.Sleep(ctx, nil) {
 			return
 		}

@@ -1,7 +1,9 @@
 package outboxsqlite
 
 import (
+	"cmp"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -49,10 +51,10 @@ type Options struct {
 	// are claimed as usual. Set it on the Store of every relay of the table.
 	// A dead message no longer holds its key back. Default false.
 	OrderByKey bool
-	// PollOnly turns ListenForWrites off: it returns an error at once and
-	// the relay only polls, saving the connection the watcher holds.
-	// Default false (watch).
-	PollOnly bool
+	// Logger receives what the store handles by itself but an operator must
+	// know of, such as a write watcher that failed and starts again.
+	// Default slog.Default().
+	Logger *slog.Logger
 	// Table is the outbox table. It must match ^[a-z_][a-z0-9_]*$, have at
 	// most MaxTableLength bytes and not start with "sqlite_" (SQLite
 	// reserves those names). Default TableDefault ("outbox").
@@ -76,7 +78,7 @@ type settings struct {
 	busyTimeout     time.Duration
 	createIfMissing bool
 	orderByKey      bool
-	pollOnly        bool
+	logger          *slog.Logger
 	watchInterval   time.Duration
 }
 
@@ -100,7 +102,7 @@ func (o Options) resolve() (settings, error) {
 		busyTimeout:     o.BusyTimeout,
 		createIfMissing: o.CreateIfMissing,
 		orderByKey:      o.OrderByKey,
-		pollOnly:        o.PollOnly,
+		logger:          cmp.Or(o.Logger, slog.Default()),
 		watchInterval:   o.WatchInterval,
 	}
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -89,14 +90,10 @@ func TestRelayWakesOnCommitsOfOtherConnections(t *testing.T) {
 	})
 }
 
-func TestListenForWritesOffWithPollOnlyOrOneConnection(t *testing.T) {
+func TestListenForWritesOffWithOneConnection(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	pollOnly := newStore(t, outboxsqlite.Options{PollOnly: true})
-	if err := pollOnly.ListenForWrites(ctx, func() {}); err == nil || ctx.Err() != nil {
-		t.Fatalf("ListenForWrites with PollOnly: %v; want an error at once", err)
-	}
 	one := newStore(t, outboxsqlite.Options{})
 	one.DB().SetMaxOpenConns(1)
 	if err := one.ListenForWrites(ctx, func() {}); err == nil || ctx.Err() != nil {
@@ -188,4 +185,38 @@ func TestListenersShareOneWatcher(t *testing.T) {
 			t.Fatalf("ListenForWrites returned %v after cancel; want context.Canceled", err)
 		}
 	}
+}
+
+// The write watcher starts again by itself after a failure, and says so: a
+// watcher that keeps failing leaves every wake-up to the poll.
+func TestWriteWatcherFailureIsLogged(t *testing.T) {
+	t.Parallel()
+	path := dbPath(t)
+	openMigrated(t, path, outboxsqlite.Options{}, nil)
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &relaytest.LogCapture{}
+	store, err := outboxsqlite.New(db, outboxsqlite.Options{Logger: slog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A database that can no longer give the watcher a connection: its
+	// first look fails, and so does every restart.
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- store.ListenForWrites(ctx, func() {}) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !logs.Has(slog.LevelWarn, "write watcher failed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the write watcher's database was closed and nothing was logged; logs:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
 }

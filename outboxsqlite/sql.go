@@ -24,7 +24,7 @@ type statements struct {
 	claimUpdate     string // ?1 lease end, ?2 token, ?3 ids
 	release         string // ?1 token, ?2 ids
 	nextDue         string
-	purge           string // ?1 before, ?2 limit
+	purge           string // ?1 cut-off in microseconds, ?2 limit
 
 	stats       string // ?1 now
 	get         string // ?1 id

@@ -267,8 +267,10 @@ func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	return time.UnixMicro(next.Int64).Sub(time.Now()), true, nil
 }
 
-// PurgePublished deletes up to limit published messages older than before,
-// oldest first, in one write transaction.
+// PurgePublished deletes up to limit published messages published more than
+// olderThan ago, oldest first, in one write transaction. The clock is this
+// process's, which is the database's: SQLite runs in the process, and every
+// time the store records comes from the same host's clock.
 //
 // At most one caller does the work at a time: a caller of this Store that
 // finds another of its calls running returns (0, nil) at once, and callers in
@@ -277,9 +279,12 @@ func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 // another process wait (up to the busy timeout) rather than give up; it
 // then deletes the next bounded batch, or finds nothing. Each batch holds
 // the write lock for one bounded DELETE.
-func (s *Store) PurgePublished(ctx context.Context, before time.Time, limit int) (int, error) {
+func (s *Store) PurgePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("outboxsqlite: purge published messages in %s: limit %d must be positive", s.Name(), limit)
+	}
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outboxsqlite: purge published messages in %s: age %v must not be negative", s.Name(), olderThan)
 	}
 	if !s.purging.CompareAndSwap(false, true) {
 		return 0, nil
@@ -287,7 +292,7 @@ func (s *Store) PurgePublished(ctx context.Context, before time.Time, limit int)
 	defer s.purging.Store(false)
 	var n int64
 	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, _ int64) error {
-		res, err := c.ExecContext(ctx, s.stmts.purge, ceilMicros(before), limit)
+		res, err := c.ExecContext(ctx, s.stmts.purge, time.Now().UnixMicro()-olderThan.Microseconds(), limit)
 		if err != nil {
 			return err
 		}
@@ -351,16 +356,28 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 	return msgs, nil
 }
 
-// RetryDead makes the given dead messages (all of them when ids is empty)
-// pending and due at once, with their attempt count reset and their last error
-// kept for reference. It returns how many it changed.
+// RetryDead makes the given dead messages pending and due at once, with their
+// attempt count reset and their last error kept for reference. It returns how
+// many it changed. With no ids it changes nothing; see RetryAllDead.
 func (s *Store) RetryDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
-	n, err := s.writeCount(ctx, func(ctx context.Context, c *sql.Conn, now int64) (sql.Result, error) {
-		if len(ids) == 0 {
-			return c.ExecContext(ctx, s.stmts.retryAll, now)
-		}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	return s.retryDead(ctx, func(ctx context.Context, c *sql.Conn, now int64) (sql.Result, error) {
 		return c.ExecContext(ctx, s.stmts.retryDead, now, idsJSON(ids))
 	})
+}
+
+// RetryAllDead makes every dead message pending and due at once, as
+// RetryDead does for chosen ones.
+func (s *Store) RetryAllDead(ctx context.Context) (int, error) {
+	return s.retryDead(ctx, func(ctx context.Context, c *sql.Conn, now int64) (sql.Result, error) {
+		return c.ExecContext(ctx, s.stmts.retryAll, now)
+	})
+}
+
+func (s *Store) retryDead(ctx context.Context, stmt func(ctx context.Context, c *sql.Conn, now int64) (sql.Result, error)) (int, error) {
+	n, err := s.writeCount(ctx, stmt)
 	if err != nil {
 		return 0, fmt.Errorf("outboxsqlite: retry dead messages in %s: %w", s.Name(), explain(err, s.path))
 	}

@@ -339,7 +339,7 @@ func TestPurgePublishedLetsOneCallerAtATimeWork(t *testing.T) {
 	var wg sync.WaitGroup
 	for range callers {
 		wg.Go(func() {
-			n, err := store.PurgePublished(ctx, time.Now().Add(time.Hour), n)
+			n, err := store.PurgePublished(ctx, 0, n)
 			if err != nil {
 				t.Errorf("purge: %v", err)
 			}
@@ -371,8 +371,11 @@ func TestAdminRejectsBadLimits(t *testing.T) {
 	if _, err := store.ListDead(ctx, uuid.Nil, 0); err == nil {
 		t.Fatalf("ListDead with limit 0: no error; want one")
 	}
-	if _, err := store.PurgePublished(ctx, time.Now(), 0); err == nil {
+	if _, err := store.PurgePublished(ctx, 0, 0); err == nil {
 		t.Fatalf("PurgePublished with limit 0: no error; want one")
+	}
+	if _, err := store.PurgePublished(ctx, -time.Second, 1); err == nil {
+		t.Fatalf("PurgePublished with a negative age: no error; want one")
 	}
 	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1}); err == nil {
 		t.Fatalf("SettleAndClaim with a zero lease: no error; want one")

@@ -292,11 +292,11 @@ func testFailedRecordingIsLogged(t *testing.T, h Harness) {
 	store := &flakySettle{Store: h.Store, failures: 1}
 	rec := NewRecorder()
 	rec.Fail = failDown
-	logs := &logCapture{}
+	logs := &LogCapture{}
 	StartRelay(t, store, rec, outbox.Config{Workers: 1, Logger: slog.New(logs), PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond})
 	rec.WaitFor(t, 10*time.Second, "the up message published", func() bool { return rec.Count(ok.ID) > 0 })
 	deadline := time.Now().Add(10 * time.Second)
-	for !logs.has(slog.LevelWarn, "injected") {
+	for !logs.Has(slog.LevelWarn, "injected") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the store failed to record a batch's outcomes (%d failures injected), and nothing was logged at warning level or above naming the error; logs:\n%s", store.failed.Load(), logs.String())
 		}
@@ -304,19 +304,25 @@ func testFailedRecordingIsLogged(t *testing.T, h Harness) {
 	}
 }
 
-// logCapture is a slog.Handler that keeps every record, for tests that check
-// what was logged.
-type logCapture struct {
+// LogCapture is a slog.Handler that keeps every record, for tests that check
+// what was logged: slog.New(&relaytest.LogCapture{}).
+type LogCapture struct {
 	mu      sync.Mutex
 	records []string
 	levels  []slog.Level
 }
 
-func (c *logCapture) Enabled(context.Context, slog.Level) bool { return true }
-func (c *logCapture) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c *logCapture) WithGroup(string) slog.Handler            { return c }
+// Enabled reports true: every level is kept.
+func (c *LogCapture) Enabled(context.Context, slog.Level) bool { return true }
 
-func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
+// WithAttrs returns c: the attributes of derived loggers are not kept.
+func (c *LogCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+
+// WithGroup returns c.
+func (c *LogCapture) WithGroup(string) slog.Handler { return c }
+
+// Handle keeps r as one line: level, message, attributes.
+func (c *LogCapture) Handle(_ context.Context, r slog.Record) error {
 	line := r.Level.String() + " " + r.Message
 	r.Attrs(func(a slog.Attr) bool {
 		line += " " + a.String()
@@ -329,8 +335,8 @@ func (c *logCapture) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-// has reports whether a record at level or above contains text.
-func (c *logCapture) has(level slog.Level, text string) bool {
+// Has reports whether a record at level or above contains text.
+func (c *LogCapture) Has(level slog.Level, text string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, line := range c.records {
@@ -341,8 +347,32 @@ func (c *logCapture) has(level slog.Level, text string) bool {
 	return false
 }
 
-func (c *logCapture) String() string {
+// String returns every record, one per line.
+func (c *LogCapture) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return strings.Join(c.records, "\n")
+}
+
+// RequireRunRefuses checks that a relay on store refuses to start: Run returns
+// an error wrapping outbox.ErrNotMigrated that contains every one of wants
+// (and names `outbox migrate up`), rather than running and failing every
+// claim. Stores call it on a table that is missing or at an older migration.
+func RequireRunRefuses(t *testing.T, store outboxdriver.Store, wants ...string) {
+	t.Helper()
+	relay, err := outbox.NewRelay(store, NewRecorder(), outbox.Config{Logger: TestLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = relay.Run(ctx)
+	if !errors.Is(err, outbox.ErrNotMigrated) {
+		t.Fatalf("Run on a table that is not ready = %v, want an error wrapping outbox.ErrNotMigrated", err)
+	}
+	for _, want := range append(wants, "outbox migrate up") {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Run's error %q does not say %q", err, want)
+		}
+	}
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +203,48 @@ func TestURLSchemeNeverReturnsMoreThanTheScheme(t *testing.T) {
 	} {
 		if got := urlScheme(raw); got != want {
 			t.Errorf("urlScheme(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+// Every command that uses the table says, when the table is missing or at an
+// older migration, that `outbox migrate up` is the fix, and exits 1, instead
+// of printing the database's error about a missing table (or, for the relay,
+// logging a failed claim every poll for as long as it runs).
+func TestCommandsOnATableNotMigratedNameMigrateUp(t *testing.T) {
+	t.Parallel()
+	pgSchema := pgtest.Schema(t)
+	m, err := outboxpg.NewMigrator(pgtest.Pool(t), outboxpg.Options{Schema: pgSchema, Table: "outdated"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.To(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	sqliteURL := "sqlite://" + filepath.Join(t.TempDir(), "app.db")
+	mustCLI(t, "migrate", "up", "--database-url", sqliteURL, "--table", "other")
+	databases := map[string][]string{
+		"postgres, no table":    {"--database-url", pgtest.URL(t), "--schema", pgSchema},
+		"postgres, migration 2": {"--database-url", pgtest.URL(t), "--schema", pgSchema, "--table", "outdated"},
+		"sqlite, no table":      {"--database-url", sqliteURL},
+		"sqlite, no file":       {"--database-url", "sqlite://" + filepath.Join(t.TempDir(), "missing.db")},
+	}
+	commands := [][]string{
+		{"status"},
+		{"dead", "list"},
+		{"dead", "retry", "--all"},
+		{"send", "--topic", "t", "--payload", "x"},
+		{"relay"},
+	}
+	for name, db := range databases {
+		for _, c := range commands {
+			t.Run(name+"/"+strings.Join(c, " "), func(t *testing.T) {
+				t.Parallel()
+				code, _, errOut := cli(t, append(slices.Clone(c), db...)...)
+				if code != 1 || !strings.Contains(errOut, "outbox migrate up") {
+					t.Fatalf("exit %d, stderr %q; want exit 1 and the fix `outbox migrate up`", code, errOut)
+				}
+			})
 		}
 	}
 }

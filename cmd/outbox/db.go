@@ -62,6 +62,23 @@ type storeMode struct {
 	orderByKey bool // claims keep the order of each key (used by `relay`)
 }
 
+// openReady is open for the commands that use the table: it fails, naming
+// `outbox migrate up`, when the table is missing or at an older migration,
+// rather than with the database's error about a missing table or column.
+func (g *globalFlags) openReady(ctx context.Context, mode storeMode) (*backend, error) {
+	b, err := g.open(ctx, mode)
+	if err != nil {
+		return nil, err
+	}
+	if checker, ok := b.store.(outboxdriver.SchemaChecker); ok {
+		if err := checker.CheckSchema(ctx); err != nil {
+			b.close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
 // open connects to the database and opens the outbox table in mode.
 func (g *globalFlags) open(ctx context.Context, mode storeMode) (*backend, error) {
 	raw, err := g.resolveURL()

@@ -42,7 +42,7 @@ func newDeadListCommand(g *globalFlags) *cobra.Command {
 				}
 				afterID = id
 			}
-			b, err := g.open(cmd.Context(), storeMode{})
+			b, err := g.openReady(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}
@@ -80,7 +80,7 @@ func newDeadShowCommand(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := g.open(cmd.Context(), storeMode{})
+			b, err := g.openReady(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}
@@ -122,12 +122,16 @@ func newDeadRetryCommand(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := g.open(cmd.Context(), storeMode{})
+			b, err := g.openReady(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}
 			defer b.close()
-			n, err := b.admin.RetryDead(cmd.Context(), ids...)
+			retry := func() (int, error) { return b.admin.RetryDead(cmd.Context(), ids...) }
+			if all {
+				retry = func() (int, error) { return b.admin.RetryAllDead(cmd.Context()) }
+			}
+			n, err := retry()
 			if err != nil {
 				return err
 			}
@@ -149,7 +153,7 @@ func newDeadDiscardCommand(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := g.open(cmd.Context(), storeMode{})
+			b, err := g.openReady(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,10 +154,10 @@ func (d *demo) setUp(ctx context.Context) error {
 		return err
 	}
 	js := d.pub.JetStream()
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: demoStream, Subjects: []string{"orders.>"}, Duplicates: 10 * time.Minute}); err != nil {
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: demoStream, Subjects: []string{"orders.>"}, Duplicates: 10 * time.Minute, MaxMsgSize: demoMaxMsgSize}); err != nil {
 		return err
 	}
-	d.say("embedded NATS JetStream at %s: stream %s on orders.>, duplicate window 10m", d.nats.URL(), demoStream)
+	d.say("embedded NATS JetStream at %s: stream %s on orders.>, duplicate window 10m, messages up to %d KiB", d.nats.URL(), demoStream, demoMaxMsgSize>>10)
 
 	if err := d.startConsumer(ctx, js); err != nil {
 		return err
@@ -365,8 +366,13 @@ func (d *demo) lostAck(ctx context.Context) error {
 	return nil
 }
 
+// demoMaxMsgSize is the largest message the demo's stream takes; the poison
+// message is larger, which no retry can change.
+const demoMaxMsgSize = 64 << 10
+
 func (d *demo) poison(ctx context.Context) error {
-	m := &outbox.Message{Topic: "payments.refunded", Key: "ada", Payload: []byte(`{"total_cents":-1}`)}
+	payload := fmt.Appendf(nil, `{"note":%q}`, strings.Repeat("x", demoMaxMsgSize))
+	m := &outbox.Message{Topic: "orders.imported", Key: "ada", Payload: payload}
 	if err := d.writer.Transact(ctx, func(tx *sql.Tx) error { return d.writer.Write(ctx, tx, m) }); err != nil {
 		return err
 	}
@@ -377,7 +383,7 @@ func (d *demo) poison(ctx context.Context) error {
 		return errors.New("the poison message was not dead-lettered")
 	}
 	got, _ := d.store.Get(ctx, m.ID)
-	d.say("5. poison message %s (no stream for payments.refunded): dead-lettered after %d attempt, error kept:", m.ID, got.Attempts)
+	d.say("5. poison message %s (%d KiB, over the stream's limit): dead-lettered after %d attempt, error kept:", m.ID, len(payload)>>10, got.Attempts)
 	d.say("   %s", oneLine(got.LastError, 120))
 	d.say("   inspect and fix with: outbox dead list | show ID | retry ID | discard ID")
 	return nil

@@ -69,7 +69,7 @@ func FuzzURLParsers(f *testing.F) {
 		if _, err := sqlitePath(raw); err != nil {
 			errs = append(errs, err)
 		}
-		if _, err := webhookPublisher(raw, "secret"); err != nil {
+		if _, err := webhookPublisher(raw, "sixteen-byte-key"); err != nil {
 			errs = append(errs, err)
 		}
 		if len(password) < 4 {
@@ -244,7 +244,7 @@ func FuzzPublisherOptions(f *testing.F) {
 			}
 		}
 
-		if _, err := webhookPublisher("https://h/hook"+query, "secret"); err != nil {
+		if _, err := webhookPublisher("https://h/hook"+query, "sixteen-byte-key"); err != nil {
 			checkParamError("https", []string{"outbox_timeout", "outbox_max_retry_after", "outbox_concurrency", "outbox_sequential"}, err)
 		}
 		var cfg outboxhttp.Config

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -18,6 +22,10 @@ import (
 
 // kafkaDefaultPort is the port of a broker address given without one.
 const kafkaDefaultPort = "9092"
+
+// kafkaTopicCheckTimeout bounds the start-up look-up of ?topic=: first a
+// ping, then the topic's metadata.
+const kafkaTopicCheckTimeout = 5 * time.Second
 
 // kafkaTarget is a parsed kafka:// --publisher URL:
 //
@@ -34,7 +42,9 @@ type kafkaTarget struct {
 }
 
 // openKafka builds the publisher for a kafka:// --publisher URL. The client
-// connects on first use, so the relay starts even while Kafka is down.
+// connects on first use, so the relay starts even while Kafka is down; when
+// Kafka answers and ?topic= names a topic it does not have, the start fails
+// instead of every message failing.
 func openKafka(raw string) (outbox.Publisher, error) {
 	k, err := parseKafkaURL(raw)
 	if err != nil {
@@ -44,7 +54,29 @@ func openKafka(raw string) (outbox.Publisher, error) {
 	if err != nil {
 		return nil, usagef("--publisher %q: %v", redactKafkaURL(raw), err)
 	}
+	if err := checkKafkaTopic(p, k); err != nil {
+		_ = p.Close()
+		// Exit 1 as for a missing NATS stream: the command was right, the
+		// cluster is not ready for it.
+		return nil, fmt.Errorf("--publisher %q: %w", redactKafkaURL(raw), err)
+	}
 	return p, nil
+}
+
+// checkKafkaTopic fails if k names a topic and the cluster answers that it
+// does not exist. It passes when the cluster cannot be asked (down, or the
+// look-up refused): the relay then starts, and its publisher reports a
+// missing topic, retrying.
+func checkKafkaTopic(p *outboxkafka.Publisher, k kafkaTarget) error {
+	if k.topic == "" {
+		return nil // the messages' own topics: unknown until they come
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), kafkaTopicCheckTimeout)
+	defer cancel()
+	if err := p.CheckTopic(ctx, k.topic); errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return fmt.Errorf("Kafka topic %q does not exist; create it (e.g. kafka-topics.sh --bootstrap-server %s --create --topic %s) or fix ?topic=", k.topic, k.seeds[0], k.topic)
+	}
+	return nil
 }
 
 // redactKafkaURL hides the whole user information of a kafka:// URL, even

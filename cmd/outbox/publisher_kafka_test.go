@@ -120,3 +120,15 @@ func TestKafkaPublisherOpensWhileKafkaIsDown(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 }
+
+// A ?topic= that does not exist would fail every message: the relay refuses
+// to start, naming the topic and the fix.
+func TestRelayRefusesToStartWithAMissingKafkaTopic(t *testing.T) {
+	t.Parallel()
+	cluster := kafkatest.Start(t)
+	publisher := "kafka://" + strings.Join(cluster.Seeds(), ",") + "?topic=orders-not-created"
+	code, _, stderr := cli(t, "relay", "--publisher", publisher, "--database-url", "postgres://x@127.0.0.1:1/db")
+	if code != 1 || !strings.Contains(stderr, `topic "orders-not-created"`) || !strings.Contains(stderr, "create") {
+		t.Fatalf("relay with a missing Kafka topic: exit %d, stderr %q; want exit 1 naming the topic and the fix", code, stderr)
+	}
+}

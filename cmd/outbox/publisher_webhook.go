@@ -18,10 +18,10 @@ import (
 const envWebhookSecret = "OUTBOX_WEBHOOK_SECRET"
 
 // openWebhook builds the publisher for an http:// or https:// --publisher URL:
-// every message is POSTed to that URL (see package outboxhttp), signed with
-// the secret in $OUTBOX_WEBHOOK_SECRET, used byte for byte. Query parameters
-// named outbox_* configure the publisher and are removed from the URL the
-// requests go to; the others stay:
+// every message is POSTed to that URL (see package outboxhttp), signed the
+// Standard Webhooks way with the secret in $OUTBOX_WEBHOOK_SECRET (see
+// webhookSecret for its forms). Query parameters named outbox_* configure the
+// publisher and are removed from the URL the requests go to; the others stay:
 //
 //	outbox_timeout=5s           per-request timeout (default 10s)
 //	outbox_concurrency=8        requests in flight per batch (default 8)
@@ -41,7 +41,7 @@ func webhookPublisher(raw, secret string) (*outboxhttp.Publisher, error) {
 		return nil, usagef("--publisher: the webhook URL cannot be parsed; use https://host/path")
 	}
 	safe := outboxhttp.SafeURL(u)
-	cfg := outboxhttp.Config{Secret: []byte(secret)}
+	cfg := outboxhttp.Config{}
 	var keep []string
 	for pair := range strings.SplitSeq(u.RawQuery, "&") {
 		rawName, rawValue, _ := strings.Cut(pair, "=")
@@ -60,8 +60,8 @@ func webhookPublisher(raw, secret string) (*outboxhttp.Publisher, error) {
 			return nil, usagef("--publisher %s: %s=%s: %v", safe, name, value, err)
 		}
 	}
-	if secret == "" {
-		return nil, usagef("--publisher %s: set %s to the secret shared with the receiver; every request is signed with it (HMAC-SHA256 in the %s header)", safe, envWebhookSecret, outboxhttp.HeaderSignature)
+	if cfg.Secret, err = webhookSecret(secret); err != nil {
+		return nil, usagef("--publisher %s: %v", safe, err)
 	}
 	u.RawQuery = strings.Join(keep, "&")
 	u.ForceQuery = false
@@ -71,6 +71,35 @@ func webhookPublisher(raw, secret string) (*outboxhttp.Publisher, error) {
 		return nil, usagef("--publisher %s: %v", safe, err)
 	}
 	return p, nil
+}
+
+// webhookSecretFormat says what $OUTBOX_WEBHOOK_SECRET may hold.
+var webhookSecretFormat = fmt.Sprintf("use %s followed by the base64 of at least %d random bytes, as Standard Webhooks receivers write it (e.g. %s$(openssl rand -base64 32)), or a plain string of at least %d bytes, used byte for byte",
+	outboxhttp.SecretPrefix, outboxhttp.SecretMinLength, outboxhttp.SecretPrefix, outboxhttp.SecretMinLength)
+
+// webhookSecret returns the key bytes $OUTBOX_WEBHOOK_SECRET holds: the
+// base64 after "whsec_" decoded, so that both ends share the string a
+// Standard Webhooks library takes; any other value byte for byte, as earlier
+// versions used it, so existing setups keep working (a plain secret that
+// starts with whsec_ must therefore be re-encoded). Keys shorter than
+// outboxhttp.SecretMinLength are rejected. Errors never show the value.
+func webhookSecret(s string) ([]byte, error) {
+	if s == "" {
+		return nil, fmt.Errorf("set %s to the secret shared with the receiver; every request is signed with it (Standard Webhooks HMAC-SHA256 in the %s header): %s", envWebhookSecret, outboxhttp.HeaderWebhookSignature, webhookSecretFormat)
+	}
+	key := []byte(s)
+	form := "as a plain string"
+	if strings.HasPrefix(strings.TrimSpace(s), outboxhttp.SecretPrefix) {
+		var err error
+		if key, err = outboxhttp.ParseSecret(s); err != nil {
+			return nil, fmt.Errorf("%s: %v; %s", envWebhookSecret, err, webhookSecretFormat)
+		}
+		form = "after base64 decoding"
+	}
+	if len(key) < outboxhttp.SecretMinLength {
+		return nil, fmt.Errorf("%s has %d bytes %s, want at least %d: %s", envWebhookSecret, len(key), form, outboxhttp.SecretMinLength, webhookSecretFormat)
+	}
+	return key, nil
 }
 
 // setWebhookParam applies one outbox_* query parameter to cfg.

@@ -54,7 +54,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 				return err
 			}
 			defer pub.Close()
-			b, err := g.open(cmd.Context(), storeMode{orderByKey: orderByKey})
+			b, err := g.openReady(cmd.Context(), storeMode{orderByKey: orderByKey})
 			if err != nil {
 				return err
 			}

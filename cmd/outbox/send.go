@@ -55,7 +55,7 @@ NOTIFYs, so relays in other processes wake at once.`,
 				}
 				m.Headers[k] = v
 			}
-			b, err := g.open(cmd.Context(), storeMode{notify: true})
+			b, err := g.openReady(cmd.Context(), storeMode{notify: true})
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
@@ -103,6 +104,7 @@ var (
 	_ outboxdriver.Store         = (*sqliteDB)(nil)
 	_ outboxdriver.Admin         = (*sqliteDB)(nil)
 	_ outboxdriver.WriteListener = (*sqliteDB)(nil)
+	_ outboxdriver.SchemaChecker = (*sqliteDB)(nil)
 	_ migrator                   = (*sqliteDB)(nil)
 )
 
@@ -171,16 +173,28 @@ func (d *sqliteDB) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	return s.NextDue(ctx)
 }
 
-func (d *sqliteDB) PurgePublished(ctx context.Context, before time.Time, limit int) (int, error) {
+func (d *sqliteDB) PurgePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	s, err := d.get(ctx)
 	if err != nil {
 		return 0, err
 	}
-	return s.PurgePublished(ctx, before, limit)
+	return s.PurgePublished(ctx, olderThan, limit)
 }
 
-// ListenForWrites waits for the file to exist (a relay may start before
-// `migrate up`), then watches it.
+// CheckSchema says a missing file is a table not migrated yet, like a
+// missing table in an existing file.
+func (d *sqliteDB) CheckSchema(ctx context.Context) error {
+	s, err := d.get(ctx)
+	if errors.Is(err, outboxsqlite.ErrNoDatabaseFile) {
+		return fmt.Errorf("%w: %w; run `outbox migrate up` to create it", outboxdriver.ErrNotMigrated, err)
+	}
+	if err != nil {
+		return err
+	}
+	return s.CheckSchema(ctx)
+}
+
+// ListenForWrites waits for the file to exist, then watches it.
 func (d *sqliteDB) ListenForWrites(ctx context.Context, wake func()) error {
 	for {
 		s, err := d.get(ctx)
@@ -227,6 +241,14 @@ func (d *sqliteDB) RetryDead(ctx context.Context, ids ...uuid.UUID) (int, error)
 		return 0, err
 	}
 	return s.RetryDead(ctx, ids...)
+}
+
+func (d *sqliteDB) RetryAllDead(ctx context.Context) (int, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.RetryAllDead(ctx)
 }
 
 func (d *sqliteDB) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) {

@@ -15,7 +15,7 @@ func newStatusCommand(g *globalFlags) *cobra.Command {
 		Short: "Show pending, in-flight, dead and kept messages and the relay's lag",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := g.open(cmd.Context(), storeMode{})
+			b, err := g.openReady(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}

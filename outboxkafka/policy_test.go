@@ -1,0 +1,125 @@
+package outboxkafka_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/kafkatest"
+	"github.com/go-outbox/outbox/outboxkafka"
+	"github.com/go-outbox/outbox/publishertest"
+)
+
+// A topic that does not exist yet is a deployment mistake an operator fixes:
+// its messages fail retryably, counting attempts, and the fix is logged at
+// ERROR level; once the topic exists the same messages go through.
+func TestMissingTopicIsRetryableLogsTheFixAndPublishesOnceCreated(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t)
+	if c.Fake() == nil {
+		t.Skip("the test creates a topic of a fixed name, which kfake alone forgets")
+	}
+	logs := &recordedLogs{}
+	// The client gives up on the topic at its first unknown-topic answer
+	// instead of after 4 metadata refreshes.
+	p := openPublisher(t, c, outboxkafka.Config{Logger: slog.New(logs)}, kgo.UnknownTopicRetries(0))
+	topic := "outbox-test-created-late"
+	batch := publishertest.Messages(topic, 2)
+
+	errs := p.Publish(ctxTimeout(t, 10*time.Second), batch)
+	for i, err := range errs {
+		if err == nil || outbox.IsPermanent(err) || outbox.IsUnavailable(err) || !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			t.Fatalf("message %s to a topic not created yet: %v; want a retryable (attempt-counting) kerr.UnknownTopicOrPartition", batch[i].ID, err)
+		}
+	}
+	if !logs.has(slog.LevelError, topic, "create") {
+		t.Errorf("no ERROR log naming topic %q and the fix; logged: %s", topic, logs)
+	}
+
+	createTopic(t, c, topic)
+	errs = p.Publish(ctxTimeout(t, 10*time.Second), batch)
+	requireOK(t, batch, errs)
+	requireExactly(t, c, topic, batch)
+}
+
+// createTopic creates the topic named name with one partition.
+func createTopic(t *testing.T, c *kafkatest.Cluster, name string) {
+	t.Helper()
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.Seeds()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 10_000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 1, -1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctxTimeout(t, 10*time.Second), admin)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+}
+
+// recordedLogs is a slog.Handler keeping every record, for tests that check
+// what was logged.
+type recordedLogs struct {
+	mu      sync.Mutex
+	records []string
+	levels  []slog.Level
+}
+
+func (h *recordedLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordedLogs) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordedLogs) WithGroup(string) slog.Handler            { return h }
+
+func (h *recordedLogs) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		b.WriteString(" " + a.String())
+		return true
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, b.String())
+	h.levels = append(h.levels, r.Level)
+	return nil
+}
+
+// has reports whether a record at level mentions every one of words.
+func (h *recordedLogs) has(level slog.Level, words ...string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+next:
+	for i, r := range h.records {
+		if h.levels[i] != level {
+			continue
+		}
+		for _, w := range words {
+			if !strings.Contains(r, w) {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func (h *recordedLogs) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.records, "\n")
+}
