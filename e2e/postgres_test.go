@@ -62,32 +62,6 @@ func (o pgOutbox) writeBatch(ctx context.Context, batch []outbox.Message) error 
 	return o.write(ctx, ptrs...)
 }
 
-// requireAllPublished waits for the outbox to drain, then checks that every
-// message in ids is published and none is dead.
-func (o pgOutbox) requireAllPublished(ctx context.Context, t *testing.T, ids []uuid.UUID) {
-	t.Helper()
-	waitFor(t, 60*time.Second, "the outbox to drain", func() bool {
-		st, err := o.store.Stats(ctx)
-		return err == nil && st.Pending == 0
-	})
-	st, err := o.store.Stats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Dead != 0 {
-		t.Fatalf("stats %+v after the run: %d messages dead-lettered, want none", st, st.Dead)
-	}
-	for _, id := range ids {
-		m, err := o.store.Get(ctx, id)
-		if err != nil {
-			t.Fatalf("message %s: %v", id, err)
-		}
-		if m.Status != outbox.StatusPublished {
-			t.Errorf("message %s has status %s, want published", id, m.Status)
-		}
-	}
-}
-
 // outcomes records what a publisher reported for each message.
 type outcomes struct {
 	next outbox.Publisher

@@ -264,7 +264,7 @@ func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	if !next.Valid {
 		return 0, false, nil
 	}
-	return time.UnixMicro(next.Int64).Sub(time.Now()), true, nil
+	return time.Until(time.UnixMicro(next.Int64)), true, nil
 }
 
 // PurgePublished deletes up to limit published messages published more than

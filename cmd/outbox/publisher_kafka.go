@@ -74,7 +74,7 @@ func checkKafkaTopic(p *outboxkafka.Publisher, k kafkaTarget) error {
 	ctx, cancel := context.WithTimeout(context.Background(), kafkaTopicCheckTimeout)
 	defer cancel()
 	if err := p.CheckTopic(ctx, k.topic); errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return fmt.Errorf("Kafka topic %q does not exist; create it (e.g. kafka-topics.sh --bootstrap-server %s --create --topic %s) or fix ?topic=", k.topic, k.seeds[0], k.topic)
+		return fmt.Errorf("topic %q does not exist in the Kafka cluster; create it (e.g. kafka-topics.sh --bootstrap-server %s --create --topic %s) or fix ?topic=", k.topic, k.seeds[0], k.topic)
 	}
 	return nil
 }
