@@ -2,14 +2,12 @@ package outboxamqp_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/go-outbox/outbox/internal/amqptest"
 	"github.com/go-outbox/outbox/outboxamqp"
 	"github.com/go-outbox/outbox/publishertest"
+	"github.com/go-outbox/outbox/relaytest"
 )
 
 // Credentials the broker refuses never get better by waiting: the batch is
@@ -32,7 +31,7 @@ func TestRefusedLoginIsRetryableNotUnavailableAndLogsTheFix(t *testing.T) {
 	if bad == url {
 		t.Skipf("%s does not log in as guest:guest", amqptest.EnvURL)
 	}
-	logs := &recordedLogs{}
+	logs := &relaytest.LogCapture{}
 	p := open(t, bad, outboxamqp.Config{Logger: slog.New(logs)})
 	batch := publishertest.Messages("orders.created", 2)
 	for i, err := range p.Publish(ctxFor(t, 10*time.Second), batch) {
@@ -43,7 +42,7 @@ func TestRefusedLoginIsRetryableNotUnavailableAndLogsTheFix(t *testing.T) {
 			t.Errorf("message %s: the error shows the password: %v", batch[i].ID, err)
 		}
 	}
-	if !logs.has(slog.LevelError, "user and password") {
+	if !logs.Has(slog.LevelError, "user and password") {
 		t.Errorf("no ERROR log with the fix; logged:\n%s", logs)
 	}
 	if strings.Contains(logs.String(), "wr0ng-pw") {
@@ -57,7 +56,7 @@ func TestRefusedLoginIsRetryableNotUnavailableAndLogsTheFix(t *testing.T) {
 func TestMissingExchangeLogsTheFix(t *testing.T) {
 	t.Parallel()
 	url := amqptest.URL(t)
-	logs := &recordedLogs{}
+	logs := &relaytest.LogCapture{}
 	missing := "outbox-test-missing-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	p := open(t, url, outboxamqp.Config{Exchange: missing, Logger: slog.New(logs)})
 	batch := publishertest.Messages("orders.created", 2)
@@ -66,7 +65,7 @@ func TestMissingExchangeLogsTheFix(t *testing.T) {
 			t.Fatalf("message %s to a missing exchange: %v; want a retryable error that counts an attempt", batch[i].ID, err)
 		}
 	}
-	if !logs.has(slog.LevelError, missing, "declare") {
+	if !logs.Has(slog.LevelError, missing, "declare") {
 		t.Errorf("no ERROR log naming exchange %s and the fix; logged:\n%s", missing, logs)
 	}
 }
@@ -152,55 +151,4 @@ func setMaxMessageSize(t *testing.T, n int) {
 	// a second).
 	old := eval(`{ok, Old} = application:get_env(rabbit, max_message_size), ok = application:set_env(rabbit, max_message_size, ` + strconv.Itoa(n) + `), Old.`)
 	t.Cleanup(func() { eval("application:set_env(rabbit, max_message_size, " + old + ").") })
-}
-
-// recordedLogs is a slog.Handler keeping every record, for tests that check
-// what was logged.
-type recordedLogs struct {
-	mu      sync.Mutex
-	records []string
-	levels  []slog.Level
-}
-
-func (h *recordedLogs) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordedLogs) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *recordedLogs) WithGroup(string) slog.Handler            { return h }
-
-func (h *recordedLogs) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString(r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		b.WriteString(" " + a.String())
-		return true
-	})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, b.String())
-	h.levels = append(h.levels, r.Level)
-	return nil
-}
-
-// has reports whether a record at level mentions every one of words.
-func (h *recordedLogs) has(level slog.Level, words ...string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-next:
-	for i, r := range h.records {
-		if h.levels[i] != level {
-			continue
-		}
-		for _, w := range words {
-			if !strings.Contains(r, w) {
-				continue next
-			}
-		}
-		return true
-	}
-	return false
-}
-
-func (h *recordedLogs) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return strings.Join(h.records, "\n")
 }

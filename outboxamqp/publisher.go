@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/backoff"
+	"github.com/go-outbox/outbox/internal/loglimit"
 )
 
 // Names the publisher gives a message besides the application headers.
@@ -213,7 +214,7 @@ type Publisher struct {
 	idle         []*channel // channels of conn free for the next batch
 
 	// configLog spaces out the ERROR logs of configuration errors.
-	configLog logLimiter
+	configLog loglimit.Limiter
 }
 
 // Open returns a publisher for the broker at url
@@ -238,6 +239,8 @@ func Open(url string, cfg Config) (*Publisher, error) {
 		broker: broker,
 		log:    cfg.Logger.With(slog.String("broker", broker)),
 		done:   make(chan struct{}),
+
+		configLog: loglimit.Limiter{Interval: ConfigErrorLogInterval},
 	}, nil
 }
 
@@ -623,31 +626,10 @@ func (p *Publisher) channelFix(err error) string {
 // logConfigError logs err, a configuration error, with its fix at ERROR
 // level, unless it was logged for key within ConfigErrorLogInterval.
 func (p *Publisher) logConfigError(key string, err error, fix string) {
-	if p.configLog.allow(key + "\x00" + fix) {
+	if p.configLog.Allow(key + "\x00" + fix) {
 		p.log.Error("outboxamqp: cannot publish until the configuration is fixed; the messages are retried with backoff and dead-lettered after the relay's MaxAttempts",
 			slog.String("fix", fix), slog.Any("error", err))
 	}
-}
-
-// logLimiter lets a log line through at most once per
-// ConfigErrorLogInterval for each key.
-type logLimiter struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-func (l *logLimiter) allow(key string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if at, ok := l.last[key]; ok && now.Sub(at) < ConfigErrorLogInterval {
-		return false
-	}
-	if l.last == nil || len(l.last) > 1000 {
-		l.last = map[string]time.Time{} // keys are few; forget them rather than grow without bound
-	}
-	l.last[key] = now
-	return true
 }
 
 func (p *Publisher) routingKey(m *outbox.Message) string {

@@ -1,11 +1,8 @@
 package outboxkafka_test
 
 import (
-	"context"
 	"errors"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +14,7 @@ import (
 	"github.com/go-outbox/outbox/internal/kafkatest"
 	"github.com/go-outbox/outbox/outboxkafka"
 	"github.com/go-outbox/outbox/publishertest"
+	"github.com/go-outbox/outbox/relaytest"
 )
 
 // A topic that does not exist yet is a deployment mistake an operator fixes:
@@ -28,7 +26,7 @@ func TestMissingTopicIsRetryableLogsTheFixAndPublishesOnceCreated(t *testing.T) 
 	if c.Fake() == nil {
 		t.Skip("the test creates a topic of a fixed name, which kfake alone forgets")
 	}
-	logs := &recordedLogs{}
+	logs := &relaytest.LogCapture{}
 	// The client gives up on the topic at its first unknown-topic answer
 	// instead of after 4 metadata refreshes.
 	p := openPublisher(t, c, outboxkafka.Config{Logger: slog.New(logs)}, kgo.UnknownTopicRetries(0))
@@ -41,7 +39,7 @@ func TestMissingTopicIsRetryableLogsTheFixAndPublishesOnceCreated(t *testing.T) 
 			t.Fatalf("message %s to a topic not created yet: %v; want a retryable (attempt-counting) kerr.UnknownTopicOrPartition", batch[i].ID, err)
 		}
 	}
-	if !logs.has(slog.LevelError, topic, "create") {
+	if !logs.Has(slog.LevelError, topic, "create") {
 		t.Errorf("no ERROR log naming topic %q and the fix; logged: %s", topic, logs)
 	}
 
@@ -71,55 +69,4 @@ func createTopic(t *testing.T, c *kafkatest.Cluster, name string) {
 	if err != nil {
 		t.Fatalf("create topic %s: %v", name, err)
 	}
-}
-
-// recordedLogs is a slog.Handler keeping every record, for tests that check
-// what was logged.
-type recordedLogs struct {
-	mu      sync.Mutex
-	records []string
-	levels  []slog.Level
-}
-
-func (h *recordedLogs) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordedLogs) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *recordedLogs) WithGroup(string) slog.Handler            { return h }
-
-func (h *recordedLogs) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString(r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		b.WriteString(" " + a.String())
-		return true
-	})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, b.String())
-	h.levels = append(h.levels, r.Level)
-	return nil
-}
-
-// has reports whether a record at level mentions every one of words.
-func (h *recordedLogs) has(level slog.Level, words ...string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-next:
-	for i, r := range h.records {
-		if h.levels[i] != level {
-			continue
-		}
-		for _, w := range words {
-			if !strings.Contains(r, w) {
-				continue next
-			}
-		}
-		return true
-	}
-	return false
-}
-
-func (h *recordedLogs) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return strings.Join(h.records, "\n")
 }

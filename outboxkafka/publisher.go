@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/loglimit"
 )
 
 // Record headers the publisher adds to every record, before the message's
@@ -135,7 +136,7 @@ type Publisher struct {
 	// topics (kgo.AllowAutoTopicCreation), for the fix of a missing one.
 	autoCreate bool
 	// configLog spaces out the ERROR logs of configuration errors.
-	configLog logLimiter
+	configLog loglimit.Limiter
 
 	// mu lets Close wait until no Publish is handing records to the
 	// client, so none is handed over after the client is closed.
@@ -165,7 +166,7 @@ func New(client *kgo.Client, cfg Config) (*Publisher, error) {
 	if id, _ := client.OptValue(kgo.TransactionalID).(string); id != "" {
 		return nil, &outbox.ConfigError{Field: "kgo.TransactionalID", Value: id, Fix: "use a client without a transactional id: the publisher produces outside transactions"}
 	}
-	p := &Publisher{cfg: cfg, client: client}
+	p := &Publisher{cfg: cfg, client: client, configLog: loglimit.Limiter{Interval: ConfigErrorLogInterval}}
 	p.maxBatchBytes, _ = client.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
 	p.autoCreate, _ = client.OptValue(kgo.AllowAutoTopicCreation).(bool)
 	return p, nil
@@ -497,31 +498,10 @@ func (p *Publisher) configFix(err error, topic string) string {
 // logConfigError logs err, a configuration error, with its fix, unless it
 // was logged for topic within ConfigErrorLogInterval.
 func (p *Publisher) logConfigError(topic string, err error, fix string) {
-	if p.configLog.allow(topic + "\x00" + fix) {
+	if p.configLog.Allow(topic + "\x00" + fix) {
 		p.cfg.Logger.Error("outboxkafka: cannot produce until the configuration is fixed; the messages are retried with backoff and dead-lettered after the relay's MaxAttempts",
 			slog.String("topic", topic), slog.String("fix", fix), slog.Any("error", err))
 	}
-}
-
-// logLimiter lets a log line through at most once per
-// ConfigErrorLogInterval for each key.
-type logLimiter struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-func (l *logLimiter) allow(key string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if at, ok := l.last[key]; ok && now.Sub(at) < ConfigErrorLogInterval {
-		return false
-	}
-	if l.last == nil || len(l.last) > 1000 {
-		l.last = map[string]time.Time{} // keys are few; forget them rather than grow without bound
-	}
-	l.last[key] = now
-	return true
 }
 
 // classify marks the errors no retry can fix as permanent.

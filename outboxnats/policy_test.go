@@ -1,11 +1,9 @@
 package outboxnats_test
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/go-outbox/outbox/internal/natstest"
 	"github.com/go-outbox/outbox/outboxnats"
 	"github.com/go-outbox/outbox/publishertest"
+	"github.com/go-outbox/outbox/relaytest"
 )
 
 // A subject no stream captures yet is a deployment mistake an operator
@@ -27,7 +26,7 @@ func TestSubjectWithoutStreamIsRetryableLogsTheFixAndPublishesOnceAStreamCoversI
 	t.Parallel()
 	srv := natstest.Start(t)
 	admin := srv.JetStream(t)
-	logs := &recordedLogs{}
+	logs := &relaytest.LogCapture{}
 	pub := dial(t, srv, outboxnats.Config{Logger: slog.New(logs)})
 	batch := publishertest.Messages("late.orders.created", 2)
 
@@ -37,7 +36,7 @@ func TestSubjectWithoutStreamIsRetryableLogsTheFixAndPublishesOnceAStreamCoversI
 			t.Fatalf("message %s to a subject without stream: %v; want a retryable (attempt-counting) ErrNoStream", batch[i].ID, err)
 		}
 	}
-	if !logs.has(slog.LevelError, "late.orders.created", "add a stream") {
+	if !logs.Has(slog.LevelError, "late.orders.created", "add a stream") {
 		t.Errorf("no ERROR log naming the subject and the fix; logged:\n%s", logs)
 	}
 
@@ -60,7 +59,7 @@ func TestSubjectOfAnotherStreamThanConfigStreamIsRetryableAndLogsTheFix(t *testi
 	admin := srv.JetStream(t)
 	want, _ := newStream(t, admin, jetstream.StreamConfig{})
 	_, other := newStream(t, admin, jetstream.StreamConfig{})
-	logs := &recordedLogs{}
+	logs := &relaytest.LogCapture{}
 	pub := dial(t, srv, outboxnats.Config{Logger: slog.New(logs), Stream: want})
 	m := publishertest.Messages(other+"orders.created", 1)
 
@@ -68,7 +67,7 @@ func TestSubjectOfAnotherStreamThanConfigStreamIsRetryableAndLogsTheFix(t *testi
 	if err == nil || outbox.IsPermanent(err) || outbox.IsUnavailable(err) {
 		t.Fatalf("message %s to a subject of another stream than Config.Stream %s: %v; want a retryable error", m[0].ID, want, err)
 	}
-	if !logs.has(slog.LevelError, other+"orders.created", want) {
+	if !logs.Has(slog.LevelError, other+"orders.created", want) {
 		t.Errorf("no ERROR log naming the subject and stream %s; logged:\n%s", want, logs)
 	}
 }
@@ -79,7 +78,7 @@ func TestSubjectOfAnotherStreamThanConfigStreamIsRetryableAndLogsTheFix(t *testi
 func TestRefusedCredentialsAreRetryableNotUnavailableAndLogTheFix(t *testing.T) {
 	t.Parallel()
 	srv := natstest.StartWith(t, server.Options{Username: "relay", Password: "right-pw"})
-	logs := &recordedLogs{}
+	logs := &relaytest.LogCapture{}
 	url := strings.Replace(srv.URL(), "://", "://relay:wrong-pw@", 1)
 	pub, err := outboxnats.Open(url, outboxnats.Config{Logger: slog.New(logs), ConnectOptions: natstest.ClientOptions()})
 	if err != nil {
@@ -95,61 +94,10 @@ func TestRefusedCredentialsAreRetryableNotUnavailableAndLogTheFix(t *testing.T) 
 	if err == nil || outbox.IsUnavailable(err) || outbox.IsPermanent(err) {
 		t.Fatalf("message %s with refused credentials: %v; want a retryable error that counts an attempt", m[0].ID, err)
 	}
-	if !logs.has(slog.LevelError, "password") {
+	if !logs.Has(slog.LevelError, "password") {
 		t.Errorf("no ERROR log with the fix; logged:\n%s", logs)
 	}
 	if strings.Contains(err.Error()+logs.String(), "wrong-pw") {
 		t.Errorf("the password leaked: %v\n%s", err, logs)
 	}
-}
-
-// recordedLogs is a slog.Handler keeping every record, for tests that check
-// what was logged.
-type recordedLogs struct {
-	mu      sync.Mutex
-	records []string
-	levels  []slog.Level
-}
-
-func (h *recordedLogs) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordedLogs) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *recordedLogs) WithGroup(string) slog.Handler            { return h }
-
-func (h *recordedLogs) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	b.WriteString(r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		b.WriteString(" " + a.String())
-		return true
-	})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, b.String())
-	h.levels = append(h.levels, r.Level)
-	return nil
-}
-
-// has reports whether a record at level mentions every one of words.
-func (h *recordedLogs) has(level slog.Level, words ...string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-next:
-	for i, r := range h.records {
-		if h.levels[i] != level {
-			continue
-		}
-		for _, w := range words {
-			if !strings.Contains(r, w) {
-				continue next
-			}
-		}
-		return true
-	}
-	return false
-}
-
-func (h *recordedLogs) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return strings.Join(h.records, "\n")
 }

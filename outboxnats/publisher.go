@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/loglimit"
 )
 
 // Header names the publisher sets on every message, besides the application
@@ -186,7 +187,7 @@ type Publisher struct {
 	closed bool
 
 	// configLog spaces out the ERROR logs of configuration errors.
-	configLog logLimiter
+	configLog loglimit.Limiter
 
 	// onAck, if set (by tests), sees every acknowledgement.
 	onAck func(m *outbox.Message, ack *jetstream.PubAck)
@@ -205,7 +206,7 @@ func New(js jetstream.JetStream, cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Publisher{cfg: cfg, js: js}
+	p := &Publisher{cfg: cfg, js: js, configLog: loglimit.Limiter{Interval: ConfigErrorLogInterval}}
 	if cfg.Stream != "" {
 		p.pubOpts = append(p.pubOpts, jetstream.WithExpectStream(cfg.Stream))
 	}
@@ -694,7 +695,7 @@ func connectionFix(nc *nats.Conn) string {
 // logConfigError logs err, a configuration error, with its fix at ERROR
 // level, unless it was logged for subject within ConfigErrorLogInterval.
 func (p *Publisher) logConfigError(subject string, err error, fix string) {
-	if !p.configLog.allow(subject + "\x00" + fix) {
+	if !p.configLog.Allow(subject + "\x00" + fix) {
 		return
 	}
 	attrs := []any{slog.String("fix", fix), slog.Any("error", err)}
@@ -702,27 +703,6 @@ func (p *Publisher) logConfigError(subject string, err error, fix string) {
 		attrs = append([]any{slog.String("subject", subject)}, attrs...)
 	}
 	p.cfg.Logger.Error("outboxnats: cannot publish until the configuration is fixed; the messages are retried with backoff and dead-lettered after the relay's MaxAttempts", attrs...)
-}
-
-// logLimiter lets a log line through at most once per
-// ConfigErrorLogInterval for each key.
-type logLimiter struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-func (l *logLimiter) allow(key string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if at, ok := l.last[key]; ok && now.Sub(at) < ConfigErrorLogInterval {
-		return false
-	}
-	if l.last == nil || len(l.last) > 1000 {
-		l.last = map[string]time.Time{} // keys are few; forget them rather than grow without bound
-	}
-	l.last[key] = now
-	return true
 }
 
 // classify marks e permanent when no retry can deliver its message.

@@ -11,12 +11,7 @@ import (
 // at once with the fix instead of logging a failed claim every poll.
 func TestRelayRefusesToStartOnAMissingOrOutdatedTable(t *testing.T) {
 	t.Parallel()
-	opts := outboxsqlite.Options{CreateIfMissing: true, Table: randomTable()}
-	s, err := outboxsqlite.Open(t.Context(), dbPath(t), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s, opts := openUnmigrated(t)
 	relaytest.RequireRunRefuses(t, s, s.Name(), "does not exist")
 
 	m, err := outboxsqlite.NewMigrator(s.DB(), opts)
@@ -40,12 +35,7 @@ func TestRelayRefusesToStartOnAMissingOrOutdatedTable(t *testing.T) {
 // migrations table: its columns decide, and they are all there.
 func TestTableCreatedFromTheDumpedSQLPassesTheCheck(t *testing.T) {
 	t.Parallel()
-	opts := outboxsqlite.Options{CreateIfMissing: true, Table: randomTable()}
-	s, err := outboxsqlite.Open(t.Context(), dbPath(t), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s, opts := openUnmigrated(t)
 	m, err := outboxsqlite.NewMigrator(nil, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -56,4 +46,16 @@ func TestTableCreatedFromTheDumpedSQLPassesTheCheck(t *testing.T) {
 	if err := s.CheckSchema(t.Context()); err != nil {
 		t.Fatalf("CheckSchema on a table made from Migrator.SQL: %v", err)
 	}
+}
+
+// openUnmigrated opens a new database file with no outbox table in it.
+func openUnmigrated(t *testing.T) (*outboxsqlite.Store, outboxsqlite.Options) {
+	t.Helper()
+	opts := outboxsqlite.Options{CreateIfMissing: true, Table: randomTable()}
+	s, err := outboxsqlite.Open(t.Context(), dbPath(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, opts
 }

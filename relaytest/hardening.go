@@ -335,14 +335,22 @@ func (c *LogCapture) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
-// Has reports whether a record at level or above contains text.
-func (c *LogCapture) Has(level slog.Level, text string) bool {
+// Has reports whether one record at level or above contains every one of
+// words.
+func (c *LogCapture) Has(level slog.Level, words ...string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+next:
 	for i, line := range c.records {
-		if c.levels[i] >= level && strings.Contains(line, text) {
-			return true
+		if c.levels[i] < level {
+			continue
 		}
+		for _, w := range words {
+			if !strings.Contains(line, w) {
+				continue next
+			}
+		}
+		return true
 	}
 	return false
 }
