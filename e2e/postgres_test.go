@@ -22,8 +22,9 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 
 // pgOutbox is a migrated outbox table in a fresh PostgreSQL schema.
 type pgOutbox struct {
-	store *outboxpg.Store
-	w     *outbox.Writer[pgx.Tx]
+	store  *outboxpg.Store
+	w      *outbox.Writer[pgx.Tx]
+	schema string
 }
 
 func newPGOutbox(t *testing.T) pgOutbox {
@@ -45,7 +46,7 @@ func newPGOutbox(t *testing.T) pgOutbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pgOutbox{store: store, w: w}
+	return pgOutbox{store: store, w: w, schema: opts.Schema}
 }
 
 // write commits msgs in one transaction and wakes the relays of the process.
