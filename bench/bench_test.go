@@ -110,6 +110,12 @@ func drain(b *testing.B, store outboxdriver.Store, batch, relays int, fill func(
 	noop := outbox.PublisherFunc(func(ctx context.Context, msgs []outbox.Message) []error {
 		return make([]error, len(msgs))
 	})
+	drainTo(b, store, noop, batch, relays, backlog, fill)
+}
+
+// drainTo is drain to pub, for a backlog of n messages that fill writes.
+func drainTo(b *testing.B, store outboxdriver.Store, noop outbox.Publisher, batch, relays, backlog int, fill func()) {
+	b.Helper()
 	var elapsed time.Duration
 	for range b.N {
 		b.StopTimer()
