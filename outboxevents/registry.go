@@ -130,19 +130,23 @@ func Alias(old string) TypeOption {
 }
 
 // Register adds the event type E under name (its Go type name when name is
-// empty). E must be a struct type, or a pointer-free named type that the
-// codec can encode; events are handled as values of E. Registering a type
-// or a name twice is an error.
+// empty). E is a type the codec can encode: usually a struct, handled by
+// value; or a pointer to a struct, such as a generated protobuf message,
+// handled as that pointer (Decode returns a new one). Registering a type or
+// a name twice is an error.
 func Register[E any](r *Registry, name string, opts ...TypeOption) error {
 	typ := reflect.TypeFor[E]()
 	if name == "" {
 		name = typ.Name()
+		if typ.Kind() == reflect.Pointer {
+			name = typ.Elem().Name()
+		}
 	}
 	if name == "" {
 		return fmt.Errorf("outboxevents: register %v: the type has no name of its own; pass a name", typ)
 	}
-	if typ.Kind() == reflect.Pointer || typ.Kind() == reflect.Interface {
-		return fmt.Errorf("outboxevents: register %v as %q: register the event's value type, not a pointer or an interface", typ, name)
+	if typ.Kind() == reflect.Interface || typ.Kind() == reflect.Pointer && typ.Elem().Kind() == reflect.Pointer {
+		return fmt.Errorf("outboxevents: register %v as %q: register a concrete type or a pointer to one, not an interface", typ, name)
 	}
 	t := &eventType{name: name, typ: typ, version: 1}
 	for _, opt := range opts {
@@ -281,9 +285,16 @@ func (r *Registry) Decode(m outbox.Message) (event any, name string, err error) 
 			return nil, "", fmt.Errorf("%w: message %s of type %q: upcast from version %d: %w", ErrUndecodable, m.ID, typeName, version, err)
 		}
 	}
+	// A pointer type decodes into a new value it points to.
 	target := reflect.New(t.typ)
+	if t.typ.Kind() == reflect.Pointer {
+		target = reflect.New(t.typ.Elem())
+	}
 	if err := r.codec.Unmarshal(body, target.Interface()); err != nil {
 		return nil, "", fmt.Errorf("%w: message %s of type %q as %v: %w", ErrUndecodable, m.ID, t.name, t.typ, err)
+	}
+	if t.typ.Kind() == reflect.Pointer {
+		return target.Interface(), t.name, nil
 	}
 	return target.Elem().Interface(), t.name, nil
 }

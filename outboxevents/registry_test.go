@@ -104,8 +104,8 @@ func TestRegisteringANameOrATypeTwiceFails(t *testing.T) {
 	if err := outboxevents.Register[OrderPlaced](r, "orders.placed.v2"); err == nil {
 		t.Fatal("OrderPlaced registered twice")
 	}
-	if err := outboxevents.Register[*OrderPlaced](r, "ptr"); err == nil {
-		t.Fatal("a pointer type was accepted")
+	if err := outboxevents.Register[error](r, "iface"); err == nil {
+		t.Fatal("an interface type was accepted")
 	}
 }
 
@@ -154,5 +154,21 @@ func TestAliasAndUpcastBringAnOldMessageToTheCurrentType(t *testing.T) {
 	newer.Headers = map[string]string{"ce-type": "orders.placed", "ce-schemaversion": "3"}
 	if _, _, err := current.Decode(newer); !errors.Is(err, outboxevents.ErrUndecodable) || !strings.Contains(err.Error(), "upgrade") {
 		t.Fatalf("Decode of a newer version: %v; want ErrUndecodable saying to upgrade", err)
+	}
+}
+
+// A pointer type (a generated protobuf message, say) is handled as that
+// pointer: Decode returns a new one.
+func TestPointerTypesDecodeToANewPointer(t *testing.T) {
+	r := outboxevents.NewRegistry(outboxevents.Options{})
+	type Refunded struct{ OrderID string }
+	outboxevents.MustRegister[*Refunded](r, "")
+	m, err := r.Message(&Refunded{OrderID: "o-4"}, "")
+	if err != nil || m.Topic != "Refunded" {
+		t.Fatalf("Message: %v, topic %q; want the default name Refunded", err, m.Topic)
+	}
+	got, _, err := r.Decode(*m)
+	if p, ok := got.(*Refunded); err != nil || !ok || p.OrderID != "o-4" {
+		t.Fatalf("Decode = %#v, %v; want &Refunded{o-4}", got, err)
 	}
 }
