@@ -66,6 +66,10 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxAttempts is how many failed attempts dead-letter a message.
 	MaxAttempts int
+	// Observer is told of every exchange with the store, every batch
+	// published and every message's outcome, for metrics and traces (see
+	// the outboxotel module). Nil observes nothing.
+	Observer Observer
 	// PollInterval is the longest wait between looks at the table; see
 	// PollIntervalDefault.
 	PollInterval time.Duration
@@ -123,6 +127,9 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.PollInterval, PollIntervalDefault)
 	setDefault(&c.RetentionBatch, RetentionBatchDefault)
 	setDefault(&c.Workers, WorkersDefault)
+	if c.Observer == nil {
+		c.Observer = noObserver{}
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -25,6 +25,7 @@ func TestConfigZeroValueTakesEveryDocumentedDefault(t *testing.T) {
 		RetentionBatch:     RetentionBatchDefault,
 		Workers:            WorkersDefault,
 		Logger:             c.Logger,
+		Observer:           noObserver{},
 	}
 	if c != want {
 		t.Fatalf("defaults = %+v, want %+v", c, want)

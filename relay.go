@@ -37,6 +37,11 @@ type Relay struct {
 	// activity tells the dispatcher that a worker found work, so it polls
 	// soon again (adaptive polling).
 	activity chan struct{}
+	// storeOK is when a store call last succeeded (Unix nanoseconds), for
+	// Ready.
+	storeOK atomic.Int64
+	// running is set while Run runs, for Ready.
+	running atomic.Bool
 
 	mu       sync.Mutex
 	started  bool
@@ -102,6 +107,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.checkSchema(ctx); err != nil {
 		return err
 	}
+	r.running.Store(true)
+	defer r.running.Store(false)
 
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
@@ -238,6 +245,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		storeCtx, cancel := r.storeCtx(ctx)
 		batch, err := r.store.SettleAndClaim(storeCtx, settle, claim)
 		cancel()
+		r.exchanged(ctx, claimed, settle, len(batch), err)
 		if err != nil {
 			// The settlement is kept and sent again: outcomes apply only to
 			// messages still leased to its token, so a repeat is harmless.
@@ -302,13 +310,53 @@ func (r *Relay) work(ctx context.Context, worker int) {
 func (r *Relay) record(ctx context.Context, log *slog.Logger, settle outboxdriver.Settlement) bool {
 	storeCtx, cancel := r.storeCtx(ctx)
 	defer cancel()
+	start := time.Now()
 	_, err := r.store.SettleAndClaim(storeCtx, settle, outboxdriver.Claim{Token: uuid.New(), Lease: r.cfg.LeaseDuration})
+	r.exchanged(ctx, start, settle, 0, err)
 	if err != nil {
 		log.Warn("outbox relay: recording outcomes failed; they are sent again with the next claim (check that the database is up and reachable)",
 			slog.Any("error", err), slog.Int("outcomes", len(settle.Published)+len(settle.Retry)+len(settle.Dead)))
 		return false
 	}
 	return true
+}
+
+// exchanged tells the observer of an exchange that started at start, and
+// notes a success for Ready.
+func (r *Relay) exchanged(ctx context.Context, start time.Time, settle outboxdriver.Settlement, claimed int, err error) {
+	if err == nil {
+		r.storeOK.Store(time.Now().UnixNano())
+	}
+	r.cfg.Observer.Exchanged(ctx, Exchange{
+		Table: r.store.Name(), Duration: time.Since(start), Err: err, Claimed: claimed,
+		Recorded: len(settle.Published) + len(settle.Retry) + len(settle.Dead),
+	})
+}
+
+// Ready reports whether the relay works: nil while Run runs and the store
+// answered (a claim, or an idle poll) within the last ReadyWindow (three
+// poll intervals, or the lease if longer, since a worker publishing a batch
+// calls the store only when it is done). Otherwise an error says what is
+// wrong. Serve it as a readiness probe (`outbox relay --metrics-addr` does,
+// at /readyz).
+func (r *Relay) Ready() error {
+	if !r.running.Load() {
+		return errors.New("outbox: relay not running")
+	}
+	last := r.storeOK.Load()
+	if last == 0 {
+		return errors.New("outbox: relay has not reached the store yet")
+	}
+	if ago := time.Since(time.Unix(0, last)); ago > r.ReadyWindow() {
+		return fmt.Errorf("outbox: relay's last successful store call was %v ago (more than %v): is the database reachable?", ago.Round(time.Millisecond), r.ReadyWindow())
+	}
+	return nil
+}
+
+// ReadyWindow is how recent the relay's last successful store call must be
+// for Ready: max(3 × PollInterval, LeaseDuration).
+func (r *Relay) ReadyWindow() time.Duration {
+	return max(3*r.cfg.PollInterval, r.cfg.LeaseDuration)
 }
 
 // sleepUntil waits for the retry's next pause, not past until, and reports
@@ -347,9 +395,13 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 		r.log.Warn("outbox relay: the store answered a claim too late in its lease to publish; batch released unpublished (raise LeaseDuration, or look at the database's latency)",
 			slog.Duration("answered_after", late), slog.Duration("lease", r.cfg.LeaseDuration), slog.Int("messages", len(batch)))
 		r.release(ctx, token, batch)
+		for i := range batch {
+			r.cfg.Observer.Settled(ctx, r.store.Name(), &batch[i], OutcomeReleased, nil)
+		}
 		return outboxdriver.Settlement{}, false
 	}
 	pubCtx, cancel := context.WithDeadline(ctx, deadline)
+	pubCtx, observed := r.cfg.Observer.Publishing(pubCtx, r.store.Name(), batch)
 	results := r.pub.Publish(pubCtx, batch)
 	cancel()
 	if len(results) != len(batch) {
@@ -360,17 +412,22 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 			results[i] = err
 		}
 	}
+	observed(results)
 	settle = outboxdriver.Settlement{Token: token, KeepPublished: r.cfg.Retention > 0}
 	var release []uuid.UUID
 	aborted := ctx.Err() != nil
 	for i, err := range results {
 		m := &batch[i]
+		var outcome Outcome
 		switch {
 		case err == nil:
+			outcome = OutcomePublished
 			settle.Published = append(settle.Published, m.ID)
 		case aborted && !IsPermanent(err):
+			outcome = OutcomeReleased
 			release = append(release, m.ID)
 		case IsUnavailable(err) && !IsPermanent(err):
+			outcome = OutcomePostponed
 			// Postponed rather than released: a released message keeps its
 			// place at the head of the queue, so the next claims would take
 			// it again and again, and messages to destinations that are up
@@ -378,19 +435,23 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: pause, Error: err.Error(), Unsent: true})
 			unavailable = true
 		case IsPermanent(err):
+			outcome = OutcomeDead
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: err.Error()})
 			r.log.Warn("outbox relay: message dead-lettered (permanent error)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		case m.Attempts+1 >= r.cfg.MaxAttempts:
+			outcome = OutcomeDead
 			msg := fmt.Sprintf("attempt %d of %d: %v", m.Attempts+1, r.cfg.MaxAttempts, err)
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: msg})
 			r.log.Warn("outbox relay: message dead-lettered (attempts exhausted)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		default:
+			outcome = OutcomeRetried
 			delay := r.retryDelay(m.Attempts + 1)
 			if after, ok := RetryAfterOf(err); ok {
 				delay = max(delay, after) // the destination said when to come back
 			}
 			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: delay, Error: err.Error()})
 		}
+		r.cfg.Observer.Settled(ctx, r.store.Name(), m, outcome, err)
 	}
 	if len(release) > 0 {
 		r.releaseIDs(ctx, token, release)
@@ -540,6 +601,9 @@ func (r *Relay) probe(ctx context.Context) time.Duration {
 	ctx, cancel := context.WithTimeout(ctx, storeCallTimeout) // a stalled connection must not stall the relay
 	defer cancel()
 	wait, ok, err := r.store.NextDue(ctx)
+	if err == nil {
+		r.storeOK.Store(time.Now().UnixNano())
+	}
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {

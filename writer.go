@@ -27,6 +27,12 @@ type TxRunner[TTx any] interface {
 
 // WriterConfig configures a Writer. The zero value is ready to use.
 type WriterConfig struct {
+	// BeforeWrite, if set, is called for every message of a Write, with its
+	// context, before the message is validated: it may add headers taken
+	// from the context, such as the caller's trace context
+	// (outboxotel.InjectTraceContext does), so that a message's trace goes
+	// on from the code that wrote it.
+	BeforeWrite func(ctx context.Context, m *Message)
 	// MaxHeaderValueBytes rejects a message with a longer header value, in
 	// bytes. 0 means MaxHeaderValueBytesDefault (8 KiB). Brokers and HTTP
 	// servers limit headers far below payloads: raise it only as far as
@@ -68,9 +74,10 @@ func (c WriterConfig) limits() (messageLimits, error) {
 // Writer adds messages to the outbox inside the application's transactions.
 // It is safe for concurrent use.
 type Writer[TTx any] struct {
-	inserter Inserter[TTx]
-	limits   messageLimits
-	wake     *wakeTopic
+	inserter    Inserter[TTx]
+	limits      messageLimits
+	wake        *wakeTopic
+	beforeWrite func(ctx context.Context, m *Message)
 }
 
 // NewWriter returns a Writer that stores messages through inserter.
@@ -82,7 +89,7 @@ func NewWriter[TTx any](inserter Inserter[TTx], cfg WriterConfig) (*Writer[TTx],
 	if err != nil {
 		return nil, err
 	}
-	return &Writer[TTx]{inserter: inserter, limits: limits, wake: wakeTopicFor(inserter.Name())}, nil
+	return &Writer[TTx]{inserter: inserter, limits: limits, wake: wakeTopicFor(inserter.Name()), beforeWrite: cfg.BeforeWrite}, nil
 }
 
 // Write validates msgs, fills in missing IDs (UUIDv7), and inserts them in tx
@@ -105,6 +112,9 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 	for i, m := range msgs {
 		if m == nil {
 			return fmt.Errorf("outbox: message %d of %d is nil", i, len(msgs))
+		}
+		if w.beforeWrite != nil {
+			w.beforeWrite(ctx, m)
 		}
 		if err := validateMessage(m, w.limits); err != nil {
 			return err

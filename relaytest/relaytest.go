@@ -131,6 +131,14 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		t.Parallel()
 		testOutcomesRecordedAfterCancelDespiteAFailedTry(t, newHarness(t))
 	})
+	t.Run("ObserverHearsEveryExchangeBatchAndOutcome", func(t *testing.T) {
+		t.Parallel()
+		testObserver(t, newHarness(t))
+	})
+	t.Run("ReadyWhileTheStoreAnswers", func(t *testing.T) {
+		t.Parallel()
+		testReady(t, newHarness(t))
+	})
 	t.Run("FailedRecordingIsLogged", func(t *testing.T) {
 		t.Parallel()
 		testFailedRecordingIsLogged(t, newHarness(t))

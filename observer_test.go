@@ -1,0 +1,36 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+type traceKey struct{}
+
+// BeforeWrite sees every message with the Write's context, before
+// validation: what it adds is validated and stored like any header.
+func TestBeforeWriteAddsHeadersFromTheContextAndTheyAreValidated(t *testing.T) {
+	w, in := newTestWriter(t, WriterConfig{BeforeWrite: func(ctx context.Context, m *Message) {
+		if m.Headers == nil {
+			m.Headers = map[string]string{}
+		}
+		m.Headers["traceparent"], _ = ctx.Value(traceKey{}).(string)
+	}})
+	ctx := context.WithValue(context.Background(), traceKey{}, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	m := &Message{Topic: "orders", Payload: []byte("x")}
+	if err := w.Write(ctx, struct{}{}, m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Headers["traceparent"] != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" || in.inserted != 1 {
+		t.Fatalf("headers %v, %d inserted; want the context's traceparent on the inserted message", m.Headers, in.inserted)
+	}
+
+	bad, in := newTestWriter(t, WriterConfig{BeforeWrite: func(_ context.Context, m *Message) {
+		m.Headers = map[string]string{"Authorization": "Bearer x"}
+	}})
+	var me *MessageError
+	if err := bad.Write(ctx, struct{}{}, &Message{Topic: "orders"}); !errors.As(err, &me) || in.inserted != 0 {
+		t.Fatalf("a reserved header added by BeforeWrite: %v, %d inserted; want a *MessageError and nothing inserted", err, in.inserted)
+	}
+}
