@@ -1,0 +1,270 @@
+// Package outboxotel instruments the outbox with OpenTelemetry: metrics and
+// traces of a relay (an outbox.Observer), the table's gauges, and the trace
+// context carried in message headers from the writer to the consumer.
+//
+//	obs, _ := outboxotel.NewObserver(outboxotel.Config{}) // the global providers
+//	relay, _ := outbox.NewRelay(store, pub, outbox.Config{Observer: obs})
+//	obs.WatchTable(store)                                // pending, oldest age, dead
+//	writer, _ := outbox.NewWriter(store, outbox.WriterConfig{BeforeWrite: outboxotel.InjectTraceContext})
+//
+// It uses only the OpenTelemetry API: pick the SDK and exporters in your
+// application (`outbox relay --metrics-addr` serves Prometheus).
+//
+// # Metrics
+//
+// Named so that the Prometheus exporter shows them as:
+//
+//	outbox_messages_published_total{table,topic}
+//	outbox_messages_retried_total{table,topic}
+//	outbox_messages_dead_total{table,topic}
+//	outbox_publish_duration_seconds{table}     histogram, per batch
+//	outbox_claim_duration_seconds{table}       histogram, per exchange with the store
+//	outbox_store_errors_total{table}           failed exchanges
+//	outbox_pending_messages{table}             gauge (WatchTable)
+//	outbox_oldest_pending_age_seconds{table}   gauge (WatchTable)
+//	outbox_dead_messages{table}                gauge (WatchTable)
+//
+// The gauges read the table's Stats at most once per Config.StatsCacheFor
+// (5 s by default) whatever the scrape rate, so scrapes never load the
+// database.
+//
+// # Traces
+//
+// InjectTraceContext, as the Writer's BeforeWrite, puts the writer's span
+// context into each message's headers (W3C traceparent and tracestate). The
+// relay then records a "send <topic>" span per message (kind producer,
+// OpenTelemetry messaging conventions) as a child of that context, and puts
+// its own context into the headers the publisher sends, so the consumer goes
+// on with ExtractTraceContext: writer, relay, broker, consumer and the
+// consumer's own outgoing messages form one trace.
+package outboxotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+// scope is the instrumentation scope of the meter and the tracer.
+const scope = "github.com/go-outbox/outbox/outboxotel"
+
+// StatsCacheForDefault is Config.StatsCacheFor when zero.
+const StatsCacheForDefault = 5 * time.Second
+
+// Config configures an Observer. The zero value uses the global providers
+// (otel.GetMeterProvider, otel.GetTracerProvider) and W3C trace context.
+type Config struct {
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	// Propagator reads and writes the trace context in message headers.
+	// Default W3C (traceparent, tracestate) and baggage, as
+	// InjectTraceContext writes them.
+	Propagator propagation.TextMapPropagator
+	// StatsCacheFor is how long WatchTable's gauges reuse one read of the
+	// table. Default StatsCacheForDefault.
+	StatsCacheFor time.Duration
+}
+
+// Observer is an outbox.Observer that records metrics and spans.
+type Observer struct {
+	cfg    Config
+	meter  metric.Meter
+	tracer trace.Tracer
+
+	published, retried, dead, storeErrors metric.Int64Counter
+	publishDuration, claimDuration        metric.Float64Histogram
+}
+
+var _ outbox.Observer = (*Observer)(nil)
+
+// NewObserver creates the instruments.
+func NewObserver(cfg Config) (*Observer, error) {
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	if cfg.Propagator == nil {
+		cfg.Propagator = w3c
+	}
+	if cfg.StatsCacheFor <= 0 {
+		cfg.StatsCacheFor = StatsCacheForDefault
+	}
+	o := &Observer{cfg: cfg, meter: cfg.MeterProvider.Meter(scope), tracer: cfg.TracerProvider.Tracer(scope)}
+	var errs []error
+	counter := func(name, desc, unit string) metric.Int64Counter {
+		c, err := o.meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return c
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := o.meter.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"),
+			metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+		errs = append(errs, err)
+		return h
+	}
+	o.published = counter("outbox.messages.published", "Messages the publisher confirmed.", "{message}")
+	o.retried = counter("outbox.messages.retried", "Failed attempts that will be retried.", "{message}")
+	o.dead = counter("outbox.messages.dead", "Messages the relay dead-lettered.", "{message}")
+	o.storeErrors = counter("outbox.store.errors", "Exchanges with the store that failed.", "{error}")
+	o.publishDuration = histogram("outbox.publish.duration", "How long the publisher took for a batch.")
+	o.claimDuration = histogram("outbox.claim.duration", "How long an exchange with the store (record outcomes, claim a batch) took.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("outboxotel: create instruments: %w", err)
+	}
+	return o, nil
+}
+
+// Exchanged records the claim duration, and failed exchanges.
+func (o *Observer) Exchanged(ctx context.Context, e outbox.Exchange) {
+	table := metric.WithAttributes(attribute.String("table", e.Table))
+	o.claimDuration.Record(ctx, e.Duration.Seconds(), table)
+	if e.Err != nil {
+		o.storeErrors.Add(ctx, 1, table)
+	}
+}
+
+// Publishing starts a send span per message, child of the trace context in
+// its headers, puts the span's context into the headers the publisher
+// sends, and ends the spans with the results.
+func (o *Observer) Publishing(ctx context.Context, table string, batch []outbox.Message) (context.Context, func([]error)) {
+	start := time.Now()
+	spans := make([]trace.Span, len(batch))
+	for i := range batch {
+		m := &batch[i]
+		parent := o.cfg.Propagator.Extract(ctx, headerCarrier{m})
+		_, span := o.tracer.Start(parent, "send "+m.Topic,
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(
+				attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.destination.name", m.Topic),
+				attribute.String("messaging.message.id", m.ID.String()),
+				attribute.String("outbox.table", table),
+				attribute.Int("outbox.attempt", m.Attempts+1),
+			))
+		o.cfg.Propagator.Inject(trace.ContextWithSpan(ctx, span), headerCarrier{m})
+		spans[i] = span
+	}
+	return ctx, func(results []error) {
+		o.publishDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("table", table)))
+		for i, span := range spans {
+			if i < len(results) && results[i] != nil {
+				span.RecordError(results[i])
+				span.SetStatus(codes.Error, results[i].Error())
+			}
+			span.End()
+		}
+	}
+}
+
+// Settled counts the message's outcome.
+func (o *Observer) Settled(ctx context.Context, table string, m *outbox.Message, outcome outbox.Outcome, _ error) {
+	attrs := metric.WithAttributes(attribute.String("table", table), attribute.String("topic", m.Topic))
+	switch outcome {
+	case outbox.OutcomePublished:
+		o.published.Add(ctx, 1, attrs)
+	case outbox.OutcomeRetried:
+		o.retried.Add(ctx, 1, attrs)
+	case outbox.OutcomeDead:
+		o.dead.Add(ctx, 1, attrs)
+	}
+}
+
+// WatchTable registers the gauges of one table: pending messages, the age of
+// the oldest pending one, dead messages. They read store's Stats at most once
+// per Config.StatsCacheFor. Unregister the returned registration to stop.
+func (o *Observer) WatchTable(store outboxdriver.Admin, table string) (metric.Registration, error) {
+	pending, err1 := o.meter.Int64ObservableGauge("outbox.pending.messages", metric.WithDescription("Messages waiting to be published, in flight included."), metric.WithUnit("{message}"))
+	oldest, err2 := o.meter.Float64ObservableGauge("outbox.oldest_pending.age", metric.WithDescription("Age of the oldest pending message: the relay's lag."), metric.WithUnit("s"))
+	dead, err3 := o.meter.Int64ObservableGauge("outbox.dead.messages", metric.WithDescription("Dead-lettered messages."), metric.WithUnit("{message}"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("outboxotel: create gauges: %w", err)
+	}
+	stats := &cachedStats{store: store, ttl: o.cfg.StatsCacheFor}
+	attrs := metric.WithAttributes(attribute.String("table", table))
+	return o.meter.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
+		st, err := stats.get(ctx)
+		if err != nil {
+			return err
+		}
+		obs.ObserveInt64(pending, st.Pending, attrs)
+		obs.ObserveFloat64(oldest, st.OldestPending.Seconds(), attrs)
+		obs.ObserveInt64(dead, st.Dead, attrs)
+		return nil
+	}, pending, oldest, dead)
+}
+
+// cachedStats reads a table's Stats at most once per ttl.
+type cachedStats struct {
+	store outboxdriver.Admin
+	ttl   time.Duration
+
+	mu   sync.Mutex
+	at   time.Time
+	last outboxdriver.Stats
+}
+
+func (c *cachedStats) get(ctx context.Context) (outboxdriver.Stats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < c.ttl {
+		return c.last, nil
+	}
+	st, err := c.store.Stats(ctx)
+	if err != nil {
+		return outboxdriver.Stats{}, fmt.Errorf("outboxotel: read the table's stats: %w", err)
+	}
+	c.at, c.last = time.Now(), st
+	return st, nil
+}
+
+// w3c is the propagator of message headers: W3C trace context and baggage,
+// whatever the application's global propagator, so that every process reads
+// what the others wrote.
+var w3c = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// InjectTraceContext puts ctx's trace context into m's headers (W3C
+// traceparent and tracestate, and baggage). Use it as
+// outbox.WriterConfig.BeforeWrite.
+func InjectTraceContext(ctx context.Context, m *outbox.Message) {
+	w3c.Inject(ctx, headerCarrier{m})
+}
+
+// ExtractTraceContext returns ctx carrying the trace context of m's headers,
+// for a consumer to start its span as a child of the relay's send span.
+func ExtractTraceContext(ctx context.Context, m *outbox.Message) context.Context {
+	return w3c.Extract(ctx, headerCarrier{m})
+}
+
+// headerCarrier is a message's headers as a TextMapCarrier.
+type headerCarrier struct{ m *outbox.Message }
+
+func (c headerCarrier) Get(key string) string { return c.m.Headers[key] }
+
+func (c headerCarrier) Set(key, value string) {
+	if c.m.Headers == nil {
+		c.m.Headers = map[string]string{}
+	}
+	c.m.Headers[key] = value
+}
+
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(c.m.Headers))
+	for k := range c.m.Headers {
+		keys = append(keys, k)
+	}
+	return keys
+}
