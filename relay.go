@@ -65,7 +65,7 @@ func NewRelay(store outboxdriver.Store, pub Publisher, cfg Config) (*Relay, erro
 	}
 	return &Relay{
 		cfg:      cfg,
-		log:      cfg.Logger.With(slog.String("outbox_table", store.Name())),
+		log:      cfg.Logger.With(slog.String("table", store.Name())),
 		pub:      pub,
 		store:    store,
 		gate:     gate{ch: make(chan struct{})},
@@ -437,12 +437,12 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 		case IsPermanent(err):
 			outcome = OutcomeDead
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: err.Error()})
-			r.log.Warn("outbox relay: message dead-lettered (permanent error)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
+			r.log.Warn("outbox relay: message dead-lettered (permanent error)", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		case m.Attempts+1 >= r.cfg.MaxAttempts:
 			outcome = OutcomeDead
 			msg := fmt.Sprintf("attempt %d of %d: %v", m.Attempts+1, r.cfg.MaxAttempts, err)
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: msg})
-			r.log.Warn("outbox relay: message dead-lettered (attempts exhausted)", slog.String("id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
+			r.log.Warn("outbox relay: message dead-lettered (attempts exhausted)", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		default:
 			outcome = OutcomeRetried
 			delay := r.retryDelay(m.Attempts + 1)

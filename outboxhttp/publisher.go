@@ -443,7 +443,7 @@ func (r *rejections) log(l *slog.Logger) {
 	}) {
 		v := r.seen[k]
 		l.Error("outboxhttp: webhook status blames the publisher's configuration: "+configurationFix[k.status]+"; the messages are retried and count attempts",
-			slog.String("url", k.url), slog.Int("status", k.status), slog.Int("messages", v.messages), slog.String("first_message", v.first.String()))
+			slog.String("url", k.url), slog.Int("status", k.status), slog.Int("messages", v.messages), slog.String("first_message_id", v.first.String()))
 	}
 }
 

@@ -133,7 +133,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		// tries again; the rest of the batch is ours either way.
 		if err := s.settleDeadNow(ctx, claim.Token, undecodable); err != nil {
 			s.logger().Error("outboxpg: dead-lettering messages whose stored row cannot be decoded failed; they are claimed and tried again when their lease expires (check the database's log, and the rows' headers column)",
-				slog.String("outbox_table", s.Name()), slog.Int("messages", len(undecodable)), slog.String("first_id", undecodable[0].ID.String()), slog.Any("error", err))
+				slog.String("table", s.Name()), slog.Int("messages", len(undecodable)), slog.String("first_message_id", undecodable[0].ID.String()), slog.Any("error", err))
 		}
 	}
 	return msgs, nil

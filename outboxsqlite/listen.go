@@ -115,7 +115,7 @@ func (s *Store) watchUntil(ctx context.Context, wake func()) {
 			return
 		}
 		s.set.logger.Warn("outboxsqlite: the write watcher failed; relays poll until it starts again (check that the database file is readable and not on a network file system)",
-			slog.String("outbox_table", s.Name()), slog.Duration("retry_in", retry.Next()), slog.Any("error", err))
+			slog.String("table", s.Name()), slog.Duration("retry_in", retry.Next()), slog.Any("error", err))
 		if !retry.Sleep(ctx, nil) {
 			return
 		}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -56,6 +57,11 @@ type globalFlags struct {
 	schema      string
 	table       string
 	logLevel    string
+	logFormat   string
+	// logger is the one every command logs through, made from --log-level
+	// and --log-format before the command runs; slog.Default is set to it
+	// too, for the stores and publishers.
+	logger *slog.Logger
 }
 
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -75,6 +81,16 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	pf.StringVar(&g.schema, "schema", "", "schema of the outbox table (default public)")
 	pf.StringVar(&g.table, "table", "", "name of the outbox table (default outbox)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	pf.StringVar(&g.logFormat, "log-format", "text", "log format: text (key=value) or json")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		logger, err := newLogger(g.logLevel, g.logFormat, cmd.ErrOrStderr())
+		if err != nil {
+			return err
+		}
+		g.logger = logger
+		slog.SetDefault(logger)
+		return nil
+	}
 	root.AddCommand(
 		newMigrateCommand(g),
 		newRelayCommand(g),

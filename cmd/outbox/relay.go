@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ func newRelayCommand(g *globalFlags) *cobra.Command {
 		publisherURL    string
 		shutdownTimeout time.Duration
 		orderByKey      bool
+		metricsAddr     string
 	)
 	cmd := &cobra.Command{
 		Use:   "relay",
@@ -31,23 +33,27 @@ Publishers (--publisher); secrets in URLs are never logged:
   kafka://host:9092,host2:9092     ?topic=fixed to send every message to one topic
   amqp://user:pass@host:5672/vhost ?exchange=x&routing_key=...
   nats://host:4222                 ?stream=S&subject_prefix=p.
-  https://host/path                webhook; HMAC secret in $OUTBOX_WEBHOOK_SECRET;
+  https://host/path                webhook; signing secret in $OUTBOX_WEBHOOK_SECRET
+                                   (whsec_ + base64, or 16+ plain bytes);
                                    outbox_timeout=5s, outbox_concurrency=N, outbox_sequential=true`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := newLogger(g.logLevel, cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
+			logger := g.logger
 			cfg.Logger = logger
-			// Publishers log connection events to slog.Default(): route them
-			// through the same level and password redaction.
-			slog.SetDefault(logger)
 			if err := cfg.Validate(); err != nil {
 				return relayFlagError(err)
 			}
 			if shutdownTimeout < 0 {
 				return usagef("--shutdown-timeout %v: use a positive duration, or 0 to cancel publishing at once", shutdownTimeout)
+			}
+			var metrics *metricsServer
+			if metricsAddr != "" {
+				var err error
+				if metrics, err = listenMetrics(metricsAddr); err != nil {
+					return err
+				}
+				defer metrics.close()
+				cfg.Observer = metrics.observer
 			}
 			pub, err := openPublisher(publisherURL, cmd)
 			if err != nil {
@@ -62,6 +68,11 @@ Publishers (--publisher); secrets in URLs are never logged:
 			relay, err := outbox.NewRelay(b.store, pub, cfg)
 			if err != nil {
 				return err
+			}
+			if metrics != nil {
+				if err := metrics.start(relay, b.admin, b.store.Name(), logger); err != nil {
+					return err
+				}
 			}
 			// Run on a context that is not cancelled by the signal: a signal
 			// asks for a graceful Shutdown instead.
@@ -97,6 +108,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 	f.BoolVar(&cfg.DisableListen, "poll-only", false, "poll only: no PostgreSQL LISTEN (needed behind a transaction-mode pooler), no SQLite change watcher")
 	f.BoolVar(&orderByKey, "order-by-key", false, "publish the messages of each key one at a time in the order they were written; a failing message holds back only its key (give it to every relay of the table)")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
+	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: none)")
 	return cmd
 }
 
@@ -153,12 +165,21 @@ func openPublisher(raw string, cmd *cobra.Command) (outbox.Publisher, error) {
 	}
 }
 
-func newLogger(level string, w interface{ Write([]byte) (int, error) }) (*slog.Logger, error) {
+// newLogger makes the logger of --log-level and --log-format. Every record
+// goes through redactAttr, so no password reaches the logs.
+func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l, ReplaceAttr: redactAttr})), nil
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: redactAttr}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format %q: use text or json", format)
 }
 
 // redactAttr keeps passwords out of logs, whatever logged them.
