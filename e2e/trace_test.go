@@ -1,0 +1,99 @@
+package e2e_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/natstest"
+	"github.com/go-outbox/outbox/outboxnats"
+	"github.com/go-outbox/outbox/outboxotel"
+	"github.com/go-outbox/outbox/relaytest"
+)
+
+// Writer → relay → NATS → consumer → the consumer's own outgoing message →
+// relay again: one trace, each span the child of the one before, recorded
+// with the SDK's in-memory span recorder.
+func TestOneTraceFromTheWriterThroughTheBrokerToTheConsumersOwnMessages(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	tracer := tp.Tracer("e2e")
+
+	o := newPGOutbox(t)
+	w, err := outbox.NewWriter(o.store, outbox.WriterConfig{BeforeWrite: outboxotel.InjectTraceContext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.Start(t)
+	admin := srv.JetStream(t)
+	stream, prefix := natstest.NewStream(t, admin, jetstream.StreamConfig{})
+	obs, err := outboxotel.NewObserver(outboxotel.Config{TracerProvider: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relaytest.StartRelay(t, o.store, dialNATS(t, srv, outboxnats.Config{SubjectPrefix: prefix, Stream: stream}),
+		outbox.Config{Observer: obs, PollInterval: 20 * time.Millisecond})
+
+	ctx := t.Context()
+	writeIn := func(ctx context.Context, topic string) {
+		t.Helper()
+		m := &outbox.Message{Topic: topic, Payload: []byte("{}")}
+		if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appCtx, placeOrder := tracer.Start(ctx, "place order")
+	writeIn(appCtx, "orders.placed")
+	placeOrder.End()
+
+	// The consumer continues the trace from the delivered headers and writes
+	// its own message in it.
+	receive := natsReceiver(admin, stream)
+	readCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got, err := receive(readCtx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := outbox.Message{Topic: got[0].Topic, Headers: got[0].Headers}
+	consumerCtx, process := tracer.Start(outboxotel.ExtractTraceContext(ctx, &delivered), "process orders.placed", trace.WithSpanKind(trace.SpanKindConsumer))
+	writeIn(consumerCtx, "shipments.requested")
+	process.End()
+	if _, err := receive(readCtx, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(byName) < 4 {
+		for _, s := range spans.Ended() {
+			byName[s.Name()] = s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spans ended: %v; want place order, two sends and process", byName)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	chain := []string{"place order", "send orders.placed", "process orders.placed", "send shipments.requested"}
+	traceID := byName[chain[0]].SpanContext().TraceID()
+	for i, name := range chain {
+		s, ok := byName[name]
+		if !ok {
+			t.Fatalf("no span %q among %v", name, byName)
+		}
+		if s.SpanContext().TraceID() != traceID {
+			t.Errorf("span %q is in trace %v, want %v: one trace from writer to consumer", name, s.SpanContext().TraceID(), traceID)
+		}
+		if i > 0 && s.Parent().SpanID() != byName[chain[i-1]].SpanContext().SpanID() {
+			t.Errorf("span %q has parent %v, want %q (%v)", name, s.Parent().SpanID(), chain[i-1], byName[chain[i-1]].SpanContext().SpanID())
+		}
+	}
+}
