@@ -34,7 +34,12 @@ type InboxStore[TTx any] interface {
 type Inbox[TTx any] struct {
 	store    InboxStore[TTx]
 	consumer string
+	observer InboxObserver
 }
+
+// Observe makes the inbox tell o of every message it handles. Call it before
+// the first Handle.
+func (in *Inbox[TTx]) Observe(o InboxObserver) { in.observer = o }
 
 // NewInbox returns the inbox of one consumer. Consumers with different names
 // process the same message independently, each once. It returns a
@@ -58,6 +63,9 @@ func NewInbox[TTx any](store InboxStore[TTx], consumer string) (*Inbox[TTx], err
 // nothing is recorded and Handle returns the error: do not acknowledge, so
 // the broker delivers the message again.
 func (in *Inbox[TTx]) Handle(ctx context.Context, id uuid.UUID, fn func(ctx context.Context, tx TTx) error) (applied bool, err error) {
+	if in.observer != nil {
+		defer func() { in.observer.Handled(ctx, in.consumer, applied, err) }()
+	}
 	if id == uuid.Nil {
 		return false, fmt.Errorf("outbox: inbox %s: message id is the nil UUID; pass the id the relay published the message with", in.consumer)
 	}

@@ -23,6 +23,14 @@ type Observer interface {
 	Settled(ctx context.Context, table string, m *Message, outcome Outcome, err error)
 }
 
+// InboxObserver is told of every message an Inbox handled (see
+// Inbox.Observe), for the metrics of consumers.
+type InboxObserver interface {
+	// Handled reports one Handle call: applied is true when the handler
+	// ran and committed, false for a duplicate (err nil) or a failure.
+	Handled(ctx context.Context, consumer string, applied bool, err error)
+}
+
 // Exchange describes one exchange of a relay worker with the store.
 type Exchange struct {
 	// Table is the store's name (schema.table).

@@ -5,16 +5,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/natstest"
+	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxnats"
 	"github.com/go-outbox/outbox/outboxotel"
+	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/relaytest"
 )
 
@@ -95,5 +100,54 @@ func TestOneTraceFromTheWriterThroughTheBrokerToTheConsumersOwnMessages(t *testi
 		if i > 0 && s.Parent().SpanID() != byName[chain[i-1]].SpanContext().SpanID() {
 			t.Errorf("span %q has parent %v, want %q (%v)", name, s.Parent().SpanID(), chain[i-1], byName[chain[i-1]].SpanContext().SpanID())
 		}
+	}
+}
+
+// An inbox that reports to the outboxotel observer counts what it applied
+// and the duplicates it skipped, by consumer.
+func TestInboxMetricsCountAppliedMessagesAndDuplicates(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	obs, err := outboxotel.NewObserver(outboxotel.Config{MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newPGOutbox(t)
+	table, err := outboxpg.NewInboxTable(pgtest.Pool(t), outboxpg.InboxOptions{Schema: o.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := outbox.NewInbox(table, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox.Observe(obs)
+	id := uuid.Must(uuid.NewV7())
+	for range 3 { // one delivery and two redeliveries
+		if _, err := inbox.Handle(t.Context(), id, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, p := range sum.DataPoints {
+					if v, _ := p.Attributes.Value("consumer"); v.AsString() == "billing" {
+						got[m.Name] += p.Value
+					}
+				}
+			}
+		}
+	}
+	if got["outbox.inbox.handled"] != 1 || got["outbox.inbox.duplicates"] != 2 {
+		t.Fatalf("inbox metrics %v; want 1 handled and 2 duplicates for consumer billing", got)
 	}
 }

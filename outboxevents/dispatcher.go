@@ -20,6 +20,21 @@ type Dispatcher[TTx any] struct {
 	mu       sync.RWMutex
 	handlers map[string][]*handler[TTx] // by event type name
 	names    map[string]bool
+	observer outbox.InboxObserver
+}
+
+// Observe makes the inbox of every handler, added before or after, tell o of
+// each event it handles (the consumer is the handler's name): for the
+// outbox_inbox_* metrics of outboxotel. Call it before the relay starts.
+func (d *Dispatcher[TTx]) Observe(o outbox.InboxObserver) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.observer = o
+	for _, hs := range d.handlers {
+		for _, h := range hs {
+			h.inbox.Observe(o)
+		}
+	}
 }
 
 // handler is one registered handler: its inbox is named after it.
@@ -68,6 +83,9 @@ func Handle[E any, TTx any](d *Dispatcher[TTx], name string, fn func(ctx context
 		return &outbox.ConfigError{Field: "outboxevents.Handle name", Value: name, Fix: "give every handler its own name: the name keys what the handler applied"}
 	}
 	d.names[name] = true
+	if d.observer != nil {
+		inbox.Observe(d.observer)
+	}
 	d.handlers[typeName] = append(d.handlers[typeName], &handler[TTx]{
 		name:  name,
 		inbox: inbox,

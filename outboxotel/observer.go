@@ -23,6 +23,11 @@
 //	outbox_pending_messages{table}             gauge (WatchTable)
 //	outbox_oldest_pending_age_seconds{table}   gauge (WatchTable)
 //	outbox_dead_messages{table}                gauge (WatchTable)
+//	outbox_inbox_handled_total{consumer}       messages an inbox applied
+//	outbox_inbox_duplicates_total{consumer}    deliveries an inbox skipped
+//
+// Inboxes report through Inbox.Observe (or Dispatcher.Observe for typed
+// events' handlers) with the Observer as their InboxObserver.
 //
 // The gauges read the table's Stats at most once per Config.StatsCacheFor
 // (5 s by default) whatever the scrape rate, so scrapes never load the
@@ -84,10 +89,14 @@ type Observer struct {
 	tracer trace.Tracer
 
 	published, retried, dead, storeErrors metric.Int64Counter
+	inboxHandled, inboxDuplicates         metric.Int64Counter
 	publishDuration, claimDuration        metric.Float64Histogram
 }
 
-var _ outbox.Observer = (*Observer)(nil)
+var (
+	_ outbox.Observer      = (*Observer)(nil)
+	_ outbox.InboxObserver = (*Observer)(nil)
+)
 
 // NewObserver creates the instruments.
 func NewObserver(cfg Config) (*Observer, error) {
@@ -120,6 +129,8 @@ func NewObserver(cfg Config) (*Observer, error) {
 	o.retried = counter("outbox.messages.retried", "Failed attempts that will be retried.", "{message}")
 	o.dead = counter("outbox.messages.dead", "Messages the relay dead-lettered.", "{message}")
 	o.storeErrors = counter("outbox.store.errors", "Exchanges with the store that failed.", "{error}")
+	o.inboxHandled = counter("outbox.inbox.handled", "Messages a consumer's inbox applied.", "{message}")
+	o.inboxDuplicates = counter("outbox.inbox.duplicates", "Deliveries a consumer's inbox skipped as already applied.", "{message}")
 	o.publishDuration = histogram("outbox.publish.duration", "How long the publisher took for a batch.")
 	o.claimDuration = histogram("outbox.claim.duration", "How long an exchange with the store (record outcomes, claim a batch) took.")
 	if err := errors.Join(errs...); err != nil {
@@ -180,6 +191,17 @@ func (o *Observer) Settled(ctx context.Context, table string, m *outbox.Message,
 		o.retried.Add(ctx, 1, attrs)
 	case outbox.OutcomeDead:
 		o.dead.Add(ctx, 1, attrs)
+	}
+}
+
+// Handled counts a message an inbox applied, or skipped as a duplicate.
+func (o *Observer) Handled(ctx context.Context, consumer string, applied bool, err error) {
+	attrs := metric.WithAttributes(attribute.String("consumer", consumer))
+	switch {
+	case applied:
+		o.inboxHandled.Add(ctx, 1, attrs)
+	case err == nil:
+		o.inboxDuplicates.Add(ctx, 1, attrs)
 	}
 }
 
