@@ -116,6 +116,21 @@ func drain(b *testing.B, store outboxdriver.Store, batch, relays int, fill func(
 // drainTo is drain to pub, for a backlog of n messages that fill writes.
 func drainTo(b *testing.B, store outboxdriver.Store, noop outbox.Publisher, batch, relays, backlog int, fill func()) {
 	b.Helper()
+	drainWith(b, store, noop, outbox.Config{BatchSize: batch, Workers: 2}, relays, backlog, fill)
+}
+
+// drainObserved is one relay draining the default backlog at batch 1000
+// with observer (nil for none).
+func drainObserved(b *testing.B, store outboxdriver.Store, pub outbox.Publisher, observer outbox.Observer, fill func()) {
+	b.Helper()
+	drainWith(b, store, pub, outbox.Config{BatchSize: 1000, Workers: 2, Observer: observer}, 1, backlog, fill)
+}
+
+// drainWith runs b.N times: fill a backlog of backlog messages (untimed),
+// then time relays with cfg draining it to noop; it reports msgs/s.
+func drainWith(b *testing.B, store outboxdriver.Store, noop outbox.Publisher, cfg outbox.Config, relays, backlog int, fill func()) {
+	b.Helper()
+	cfg.Logger = quietLogger()
 	var elapsed time.Duration
 	for range b.N {
 		b.StopTimer()
@@ -125,7 +140,7 @@ func drainTo(b *testing.B, store outboxdriver.Store, noop outbox.Publisher, batc
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{}, relays)
 		for range relays {
-			r, err := outbox.NewRelay(store, noop, outbox.Config{BatchSize: batch, Workers: 2, Logger: quietLogger()})
+			r, err := outbox.NewRelay(store, noop, cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
