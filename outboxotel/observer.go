@@ -23,6 +23,7 @@
 //	outbox_pending_messages{table}             gauge (WatchTable)
 //	outbox_oldest_pending_age_seconds{table}   gauge (WatchTable)
 //	outbox_dead_messages{table}                gauge (WatchTable)
+//	outbox_relay_ready{table}                  1 while Relay.Ready is nil (WatchRelay)
 //	outbox_inbox_handled_total{consumer}       messages an inbox applied
 //	outbox_inbox_duplicates_total{consumer}    deliveries an inbox skipped
 //
@@ -192,6 +193,24 @@ func (o *Observer) Settled(ctx context.Context, table string, m *outbox.Message,
 	case outbox.OutcomeDead:
 		o.dead.Add(ctx, 1, attrs)
 	}
+}
+
+// WatchRelay registers the gauge outbox.relay.ready: 1 while relay.Ready()
+// is nil, 0 otherwise, for an alert on a relay that stopped working.
+func (o *Observer) WatchRelay(relay *outbox.Relay, table string) (metric.Registration, error) {
+	ready, err := o.meter.Int64ObservableGauge("outbox.relay.ready", metric.WithDescription("1 while the relay runs and its store answers (Relay.Ready), 0 otherwise."))
+	if err != nil {
+		return nil, fmt.Errorf("outboxotel: create gauge: %w", err)
+	}
+	attrs := metric.WithAttributes(attribute.String("table", table))
+	return o.meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		v := int64(0)
+		if relay.Ready() == nil {
+			v = 1
+		}
+		obs.ObserveInt64(ready, v, attrs)
+		return nil
+	}, ready)
 }
 
 // Handled counts a message an inbox applied, or skipped as a duplicate.

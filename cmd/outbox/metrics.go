@@ -54,6 +54,9 @@ func (m *metricsServer) start(relay *outbox.Relay, admin outboxdriver.Admin, tab
 	if _, err := m.observer.WatchTable(admin, table); err != nil {
 		return err
 	}
+	if _, err := m.observer.WatchRelay(relay, table); err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -86,8 +87,36 @@ func TestRelayServesMetricsHealthAndReadiness(t *testing.T) {
 			t.Errorf("/metrics lacks %s:\n%s", name, metrics)
 		}
 	}
+	requireDocumentedMetricsExist(t, metrics)
 	stop()
 	if !strings.Contains(errOut.String(), `"msg":"outbox relay started"`) {
 		t.Errorf("--log-format json: stderr is not JSON lines:\n%s", errOut.String())
+	}
+}
+
+// eventOnlyMetrics appear in a scrape only once what they count happened
+// (a retry, a dead letter, a store error, an inbox).
+var eventOnlyMetrics = map[string]bool{
+	"outbox_messages_retried_total": true, "outbox_messages_dead_total": true, "outbox_store_errors_total": true,
+	"outbox_inbox_handled_total": true, "outbox_inbox_duplicates_total": true,
+}
+
+// requireDocumentedMetricsExist checks that every metric the Grafana
+// dashboard and the alert rules in docs/observability use is one the relay
+// exports, so a renamed metric cannot leave them silently empty.
+func requireDocumentedMetricsExist(t *testing.T, scrape string) {
+	t.Helper()
+	name := regexp.MustCompile(`outbox_[a-z_]+`)
+	for _, doc := range []string{"../../docs/observability/outbox-dashboard.json", "../../docs/observability/outbox-alerts.yml"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range name.FindAllString(string(text), -1) {
+			n = strings.TrimSuffix(n, "_bucket")
+			if !eventOnlyMetrics[n] && !strings.Contains(scrape, "\n"+n) {
+				t.Errorf("%s uses %s, which the relay does not export", doc, n)
+			}
+		}
 	}
 }
