@@ -49,6 +49,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -92,6 +93,24 @@ type Observer struct {
 	published, retried, dead, storeErrors metric.Int64Counter
 	inboxHandled, inboxDuplicates         metric.Int64Counter
 	publishDuration, claimDuration        metric.Float64Histogram
+
+	// attrs caches the attribute sets of the hot path, by their values:
+	// building a set per message costs more than the count itself.
+	attrs sync.Map // string -> metric.MeasurementOption
+}
+
+// attrSet returns the cached option for the attributes key=value pairs.
+func (o *Observer) attrSet(kv ...string) metric.MeasurementOption {
+	key := strings.Join(kv, "\x00")
+	if opt, ok := o.attrs.Load(key); ok {
+		return opt.(metric.MeasurementOption)
+	}
+	a := make([]attribute.KeyValue, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		a = append(a, attribute.String(kv[i], kv[i+1]))
+	}
+	opt, _ := o.attrs.LoadOrStore(key, metric.WithAttributeSet(attribute.NewSet(a...)))
+	return opt.(metric.MeasurementOption)
 }
 
 var (
@@ -142,7 +161,7 @@ func NewObserver(cfg Config) (*Observer, error) {
 
 // Exchanged records the claim duration, and failed exchanges.
 func (o *Observer) Exchanged(ctx context.Context, e outbox.Exchange) {
-	table := metric.WithAttributes(attribute.String("table", e.Table))
+	table := o.attrSet("table", e.Table)
 	o.claimDuration.Record(ctx, e.Duration.Seconds(), table)
 	if e.Err != nil {
 		o.storeErrors.Add(ctx, 1, table)
@@ -171,7 +190,7 @@ func (o *Observer) Publishing(ctx context.Context, table string, batch []outbox.
 		spans[i] = span
 	}
 	return ctx, func(results []error) {
-		o.publishDuration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attribute.String("table", table)))
+		o.publishDuration.Record(ctx, time.Since(start).Seconds(), o.attrSet("table", table))
 		for i, span := range spans {
 			if i < len(results) && results[i] != nil {
 				span.RecordError(results[i])
@@ -184,7 +203,7 @@ func (o *Observer) Publishing(ctx context.Context, table string, batch []outbox.
 
 // Settled counts the message's outcome.
 func (o *Observer) Settled(ctx context.Context, table string, m *outbox.Message, outcome outbox.Outcome, _ error) {
-	attrs := metric.WithAttributes(attribute.String("table", table), attribute.String("topic", m.Topic))
+	attrs := o.attrSet("table", table, "topic", m.Topic)
 	switch outcome {
 	case outbox.OutcomePublished:
 		o.published.Add(ctx, 1, attrs)
@@ -215,7 +234,7 @@ func (o *Observer) WatchRelay(relay *outbox.Relay, table string) (metric.Registr
 
 // Handled counts a message an inbox applied, or skipped as a duplicate.
 func (o *Observer) Handled(ctx context.Context, consumer string, applied bool, err error) {
-	attrs := metric.WithAttributes(attribute.String("consumer", consumer))
+	attrs := o.attrSet("consumer", consumer)
 	switch {
 	case applied:
 		o.inboxHandled.Add(ctx, 1, attrs)
