@@ -3,6 +3,7 @@ module github.com/go-outbox/outbox/cmd/outbox
 go 1.26.0
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/go-outbox/outbox v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/amqptest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/kafkatest v0.0.0-00010101000000-000000000000
@@ -20,6 +21,11 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/spf13/cobra v1.10.2
 	github.com/twmb/franz-go v1.22.2
+)
+
+require (
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 )
 
 require (

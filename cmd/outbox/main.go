@@ -97,6 +97,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newStatusCommand(g),
 		newDeadCommand(g),
 		newSendCommand(g),
+		newConsoleCommand(g),
 		newDemoCommand(),
 	)
 	return root

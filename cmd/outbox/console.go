@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+//go:embed console.html
+var consoleHTML string
+
+// consoleTemplates are the console's pages: plain HTML forms, no script and
+// nothing loaded from elsewhere, so the console works without internet
+// access.
+var consoleTemplates = template.Must(template.New("console").Funcs(template.FuncMap{
+	"short": func(s string) string { return oneLine(s, 140) },
+}).Parse(consoleHTML))
+
+const (
+	// consoleScanLimit bounds how many dead messages one filter reads.
+	consoleScanLimit = 10000
+	// consoleRows is how many matching dead messages a page lists.
+	consoleRows = 200
+	// consoleBatch is how many ids one retry or discard call takes.
+	consoleBatch = 1000
+)
+
+func newConsoleCommand(g *globalFlags) *cobra.Command {
+	var addr string
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve a web page to watch the table and handle dead letters",
+		Long: `console serves a web page on --addr: the table's counts (pending, in flight, dead,
+oldest pending age) and its dead letters, which it filters by topic and error text, shows one
+by one (headers, payload as JSON or hex) and retries or discards, one or every match of a filter.
+
+It has no login: it listens on 127.0.0.1 by default; to reach it from elsewhere, put it behind
+your authenticating proxy. Every change is a POST carrying a token of the page, so another site
+cannot make a browser retry or discard messages.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			b, err := g.openReady(cmd.Context(), storeMode{})
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("--addr %s: %w (pick a free port)", addr, err)
+			}
+			c, err := newConsole(b.admin, b.store.Name(), g.logger)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second}
+			g.logger.Info("outbox console: serving", slog.String("url", "http://"+ln.Addr().String()+"/"), slog.String("table", b.store.Name()))
+			done := make(chan error, 1)
+			go func() { done <- srv.Serve(ln) }()
+			select {
+			case err := <-done:
+				return err
+			case <-cmd.Context().Done():
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return srv.Shutdown(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve the console on")
+	return cmd
+}
+
+// console serves the pages of one outbox table.
+type console struct {
+	admin outboxdriver.Admin
+	table string
+	log   *slog.Logger
+	csrf  string // the token every form carries, new for each process
+}
+
+func newConsole(admin outboxdriver.Admin, table string, log *slog.Logger) (*console, error) {
+	var token [32]byte
+	if _, err := rand.Read(token[:]); err != nil {
+		return nil, err
+	}
+	return &console{admin: admin, table: table, log: log, csrf: hex.EncodeToString(token[:])}, nil
+}
+
+func (c *console) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", c.overview)
+	mux.HandleFunc("GET /dead", c.deadList)
+	mux.HandleFunc("GET /dead/{id}", c.message)
+	mux.HandleFunc("POST /dead/{id}/{action}", c.checked(c.actOnOne))
+	mux.HandleFunc("POST /dead/{action}", c.checked(c.actOnMatches))
+	return mux
+}
+
+// page is what every template gets.
+type page struct {
+	Title, Table, Flash, CSRF string
+}
+
+func (c *console) page(r *http.Request, title string) page {
+	return page{Title: title, Table: c.table, Flash: r.URL.Query().Get("done"), CSRF: c.csrf}
+}
+
+func (c *console) render(w http.ResponseWriter, name string, data any) {
+	var buf bytes.Buffer
+	if err := consoleTemplates.ExecuteTemplate(&buf, name, data); err != nil {
+		c.fail(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (c *console) fail(w http.ResponseWriter, err error) {
+	c.log.Error("outbox console: request failed", slog.Any("error", err))
+	http.Error(w, err.Error(), http.StatusInternalServerError)
+}
+
+func (c *console) overview(w http.ResponseWriter, r *http.Request) {
+	st, err := c.admin.Stats(r.Context())
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	oldest := "none"
+	if st.Pending > 0 {
+		oldest = st.OldestPending.Round(time.Millisecond).String()
+	}
+	c.render(w, "overview", struct {
+		page
+		Stats  outboxdriver.Stats
+		Oldest string
+		At     string
+	}{c.page(r, "Overview"), st, oldest, time.Now().UTC().Format("15:04:05 MST")})
+}
+
+// deadFilter selects dead messages by exact topic and error text.
+type deadFilter struct{ topic, query string }
+
+func filterOf(v url.Values) deadFilter {
+	return deadFilter{topic: strings.TrimSpace(v.Get("topic")), query: strings.TrimSpace(v.Get("q"))}
+}
+
+func (f deadFilter) match(m outbox.Message) bool {
+	return (f.topic == "" || m.Topic == f.topic) &&
+		(f.query == "" || strings.Contains(strings.ToLower(m.LastError), strings.ToLower(f.query)))
+}
+
+// matches reads up to consoleScanLimit dead messages and returns those f
+// selects, and whether it stopped at the limit.
+func (c *console) matches(ctx context.Context, f deadFilter) (found []outbox.Message, scanned int, truncated bool, err error) {
+	after := uuid.Nil
+	for scanned < consoleScanLimit {
+		page, err := c.admin.ListDead(ctx, after, min(500, consoleScanLimit-scanned))
+		if err != nil {
+			return nil, scanned, false, err
+		}
+		for _, m := range page {
+			if f.match(m) {
+				found = append(found, m)
+			}
+		}
+		scanned += len(page)
+		if len(page) < 500 {
+			return found, scanned, false, nil
+		}
+		after = page[len(page)-1].ID
+	}
+	return found, scanned, true, nil
+}
+
+func (c *console) deadList(w http.ResponseWriter, r *http.Request) {
+	f := filterOf(r.URL.Query())
+	found, scanned, truncated, err := c.matches(r.Context(), f)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	rows := found[:min(len(found), consoleRows)]
+	c.render(w, "dead", struct {
+		page
+		Topic, Query     string
+		Rows             []outbox.Message
+		Matches, Scanned int
+		Truncated        bool
+	}{c.page(r, "Dead letters"), f.topic, f.query, rows, len(found), scanned, truncated})
+}
+
+func (c *console) message(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		http.Error(w, "not a message id", http.StatusBadRequest)
+		return
+	}
+	m, err := c.admin.Get(r.Context(), id)
+	if errors.Is(err, outbox.ErrNotFound) {
+		http.Error(w, "no message "+id.String()+" (published, discarded or never written)", http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	kind, payload := showPayload(m.Payload)
+	c.render(w, "message", struct {
+		page
+		M                    outbox.Message
+		PayloadKind, Payload string
+	}{c.page(r, m.ID.String()), m, kind, payload})
+}
+
+// showPayload renders a payload: indented JSON, text, or a hex dump.
+func showPayload(p []byte) (kind, text string) {
+	var buf bytes.Buffer
+	switch {
+	case json.Valid(p) && json.Indent(&buf, p, "", "  ") == nil:
+		return "JSON", buf.String()
+	case utf8.Valid(p):
+		return "text", string(p)
+	default:
+		return "binary, hex", hex.Dump(p)
+	}
+}
+
+// checked refuses a POST whose form does not carry the page's token.
+func (c *console) checked(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.csrf)) != 1 {
+			http.Error(w, "missing or wrong form token: reload the console page and try again", http.StatusForbidden)
+			return
+		}
+		next(w, r)
+	}
+}
+
+func (c *console) actOnOne(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		http.Error(w, "not a message id", http.StatusBadRequest)
+		return
+	}
+	c.act(w, r, r.PathValue("action"), []uuid.UUID{id}, "/dead")
+}
+
+func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request) {
+	action, _ := strings.CutSuffix(r.PathValue("action"), "-matching")
+	f := filterOf(r.PostForm)
+	found, _, _, err := c.matches(r.Context(), f)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	ids := make([]uuid.UUID, len(found))
+	for i, m := range found {
+		ids[i] = m.ID
+	}
+	c.act(w, r, action, ids, "/dead?"+url.Values{"topic": {f.topic}, "q": {f.query}}.Encode())
+}
+
+// act retries or discards ids, in batches, and sends the browser back to
+// back with what it did.
+func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids []uuid.UUID, back string) {
+	var call func(context.Context, ...uuid.UUID) (int, error)
+	switch action {
+	case "retry":
+		call = c.admin.RetryDead
+	case "discard":
+		call = c.admin.DiscardDead
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	done := 0
+	for start := 0; start < len(ids); start += consoleBatch {
+		n, err := call(r.Context(), ids[start:min(start+consoleBatch, len(ids))]...)
+		done += n
+		if err != nil {
+			c.fail(w, fmt.Errorf("%s: %d of %d done, then: %w", action, done, len(ids), err))
+			return
+		}
+	}
+	verb := map[string]string{"retry": "pending again", "discard": "discarded"}[action]
+	c.log.Info("outbox console: dead letters "+verb, slog.Int("messages", done), slog.String("table", c.table))
+	sep := "?"
+	if strings.Contains(back, "?") {
+		sep = "&"
+	}
+	http.Redirect(w, r, back+sep+url.Values{"done": {fmt.Sprintf("%d message(s) %s", done, verb)}}.Encode(), http.StatusSeeOther)
+}
