@@ -37,7 +37,9 @@ var transportHeaders = map[string]bool{
 // returns the message it carries: the id is the signed webhook-id, Topic and
 // Key come from their headers, the payload is the body (at most maxBody
 // bytes), and Headers holds the other headers, content-type included, under
-// their canonical HTTP names. A bad or missing signature is an error
+// lower-case names (HTTP does not keep the case the message had; the outbox's
+// own headers, ce-type or traceparent, are lower-case, so a consumer finds
+// them as written). A bad or missing signature is an error
 // wrapping ErrInvalidSignature.
 func FromRequest(r *http.Request, secret []byte, tolerance time.Duration, maxBody int64) (outbox.Message, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
@@ -57,7 +59,7 @@ func FromRequest(r *http.Request, secret []byte, tolerance time.Duration, maxBod
 	m := outbox.Message{ID: id, Topic: r.Header.Get(HeaderTopic), Key: r.Header.Get(HeaderKey), Payload: body, Headers: map[string]string{}}
 	for name, values := range r.Header {
 		if !transportHeaders[name] && len(values) > 0 {
-			m.Headers[name] = strings.Join(values, ", ")
+			m.Headers[strings.ToLower(name)] = strings.Join(values, ", ")
 		}
 	}
 	return m, nil
