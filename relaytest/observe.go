@@ -16,11 +16,10 @@ import (
 
 // observed records what a relay told its Observer.
 type observed struct {
-	mu         sync.Mutex
-	exchanges  []outbox.Exchange
-	published  map[uuid.UUID]int // batch sizes seen by Publishing's done, by first id
-	outcomes   map[uuid.UUID][]outbox.Outcome
-	ctxOfBatch []context.Context
+	mu        sync.Mutex
+	exchanges []outbox.Exchange
+	published map[uuid.UUID]int // batch sizes seen by Publishing's done, by first id
+	outcomes  map[uuid.UUID][]outbox.Outcome
 }
 
 type ctxKey struct{}
