@@ -234,6 +234,10 @@ type Stats struct {
 	Dead int64
 	// Published counts published messages kept for retention.
 	Published int64
+	// PublishedLastMinute counts the kept published messages published in
+	// the last minute by the database's clock: the recent publishing rate,
+	// where retention keeps published rows (zero otherwise).
+	PublishedLastMinute int64
 	// OldestPending is the age of the oldest pending message (0 if none): the
 	// relay's lag.
 	OldestPending time.Duration

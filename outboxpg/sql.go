@@ -216,7 +216,8 @@ SELECT
 	(SELECT count(*) FROM {t} WHERE status = 'dead'),
 	(SELECT count(*) FROM {t} WHERE status = 'published'),
 	(SELECT COALESCE(GREATEST(0, floor(EXTRACT(EPOCH FROM now() - min(created_at)) * 1000000)), 0)::bigint
-		FROM {t} WHERE status = 'pending')`),
+		FROM {t} WHERE status = 'pending'),
+	(SELECT count(*) FROM {t} WHERE status = 'published' AND published_at > now() - interval '1 minute')`),
 		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = $1`),
 		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > $1 ORDER BY id LIMIT $2`),
 		retryDead: sql(`

@@ -285,7 +285,7 @@ func execIfLocked(ctx context.Context, pool *pgxpool.Pool, lockKey int64, stmt s
 func (s *Store) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 	var st outboxdriver.Stats
 	var oldestMicros int64
-	err := s.pool.QueryRow(ctx, s.stmts.stats).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldestMicros)
+	err := s.pool.QueryRow(ctx, s.stmts.stats).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldestMicros, &st.PublishedLastMinute)
 	if err != nil {
 		return outboxdriver.Stats{}, fmt.Errorf("outboxpg: count messages in %s: %w", s.Name(), err)
 	}

@@ -160,7 +160,8 @@ SELECT
 	(SELECT count(*) FROM {t} WHERE status = 'pending' AND lease_token IS NOT NULL AND locked_until > ?1),
 	(SELECT count(*) FROM {t} WHERE status = 'dead'),
 	(SELECT count(*) FROM {t} WHERE status = 'published'),
-	(SELECT min(created_at) FROM {t} WHERE status = 'pending')`),
+	(SELECT min(created_at) FROM {t} WHERE status = 'pending'),
+	(SELECT count(*) FROM {t} WHERE status = 'published' AND published_at > ?1 - 60000000)`),
 		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = ?1`),
 		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > ?1 ORDER BY id LIMIT ?2`),
 		retryDead: sql(`

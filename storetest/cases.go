@@ -585,8 +585,9 @@ func testStats(t *testing.T, s *suite) {
 	}, outboxdriver.Claim{})
 
 	st := s.stats(t)
-	want := outboxdriver.Stats{Pending: 4, InFlight: 1, Dead: 1, Published: 1}
-	if st.Pending != want.Pending || st.InFlight != want.InFlight || st.Dead != want.Dead || st.Published != want.Published {
+	want := outboxdriver.Stats{Pending: 4, InFlight: 1, Dead: 1, Published: 1, PublishedLastMinute: 1}
+	if st.Pending != want.Pending || st.InFlight != want.InFlight || st.Dead != want.Dead || st.Published != want.Published ||
+		st.PublishedLastMinute != want.PublishedLastMinute {
 		t.Fatalf("stats: %+v; want %+v (message %s in flight)", st, want, msgs[2].ID)
 	}
 	if st.OldestPending < age || st.OldestPending > age+waitTimeout {

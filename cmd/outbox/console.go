@@ -152,12 +152,15 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	if st.Pending > 0 {
 		oldest = st.OldestPending.Round(time.Millisecond).String()
 	}
+	rate := "n/a"
+	if st.Published > 0 {
+		rate = fmt.Sprintf("%.1f", float64(st.PublishedLastMinute)/60)
+	}
 	c.render(w, "overview", struct {
 		page
-		Stats  outboxdriver.Stats
-		Oldest string
-		At     string
-	}{c.page(r, "Overview"), st, oldest, time.Now().UTC().Format("15:04:05 MST")})
+		Stats            outboxdriver.Stats
+		Oldest, Rate, At string
+	}{c.page(r, "Overview"), st, oldest, rate, time.Now().UTC().Format("15:04:05 MST")})
 }
 
 // deadFilter selects dead messages by exact topic and error text.
