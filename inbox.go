@@ -55,6 +55,17 @@ func NewInbox[TTx any](store InboxStore[TTx], consumer string) (*Inbox[TTx], err
 	return &Inbox[TTx]{store: store, consumer: consumer}, nil
 }
 
+// Apply returns a function that applies each message once through the
+// inbox: fn runs in the inbox's transaction, with the record of the message
+// id, and a message applied before is skipped (nil). It is the handler of
+// the consumer adapters (outboxhttp.NewHandler, outboxnats.Consume).
+func (in *Inbox[TTx]) Apply(fn func(ctx context.Context, tx TTx, m Message) error) func(context.Context, Message) error {
+	return func(ctx context.Context, m Message) error {
+		_, err := in.Handle(ctx, m.ID, func(ctx context.Context, tx TTx) error { return fn(ctx, tx, m) })
+		return err
+	}
+}
+
 // Handle applies the message with the given id once. In a new transaction it
 // records the id and, if this is the first record, runs fn in the same
 // transaction and commits; applied reports whether fn ran and committed.

@@ -2,15 +2,19 @@ package e2e_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/natstest"
+	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxnats"
+	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/publishertest"
 	"github.com/go-outbox/outbox/relaytest"
 )
@@ -153,4 +157,88 @@ func TestNATSRestartMidRunLosesNothingAndTheStreamDropsTheDuplicates(t *testing.
 	_, failedInAll := rec.counts()
 	t.Logf("%d messages, %d confirmed before the restart; retryable failures: %d when the server stopped, %d during the outage, %d after the restart; %v",
 		len(written), okBeforeRestart, failedBefore, failedDuringOutage-failedBefore, failedInAll-failedDuringOutage, time.Since(start).Round(time.Millisecond))
+}
+
+// The JetStream consumer adapter with a PostgreSQL inbox: the process dies
+// after the handler's transaction committed and before the acknowledgement;
+// the redelivery reaches the restarted consumer, and the inbox skips it.
+func TestNATSConsumerWithAnInboxAppliesOnceAcrossACrashBeforeTheAck(t *testing.T) {
+	t.Parallel()
+	o := newPGOutbox(t)
+	pool := pgtest.Pool(t)
+	table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: o.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	effects := `"` + o.schema + `".effects`
+	if _, err := pool.Exec(t.Context(), `CREATE TABLE `+effects+` (message_id uuid NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := outbox.NewInbox(table, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := natstest.Start(t)
+	admin := srv.JetStream(t)
+	stream, prefix := natstest.NewStream(t, admin, jetstream.StreamConfig{})
+	batch := publishertest.Messages("orders.created", 3)
+	for i, err := range dialNATS(t, srv, outboxnats.Config{SubjectPrefix: prefix, Stream: stream}).Publish(t.Context(), batch) {
+		if err != nil {
+			t.Fatalf("publish %s: %v", batch[i].ID, err)
+		}
+	}
+	var deliveries atomic.Int32
+	apply := func(ctx context.Context, tx pgx.Tx, m outbox.Message) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+effects+` VALUES ($1)`, m.ID)
+		return err
+	}
+	cfg := outboxnats.ConsumerConfig{Stream: stream, Durable: "billing", AckWait: 500 * time.Millisecond, Logger: relaytest.TestLogger(t)}
+
+	// The first process commits the first message, then dies.
+	ctx, crash := context.WithCancel(t.Context())
+	committed := inbox.Apply(apply)
+	if err := outboxnats.Consume(ctx, admin, cfg, func(ctx context.Context, m outbox.Message) error {
+		deliveries.Add(1)
+		err := committed(context.WithoutCancel(ctx), m)
+		crash()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- outboxnats.Consume(ctx, admin, cfg, func(ctx context.Context, m outbox.Message) error {
+			deliveries.Add(1)
+			return committed(ctx, m)
+		})
+	}()
+	count := func(id uuid.UUID) (n int) {
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM `+effects+` WHERE message_id = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitFor(t, 30*time.Second, "every message applied after the restart", func() bool {
+		for _, m := range batch {
+			if count(m.ID) == 0 {
+				return false
+			}
+		}
+		return deliveries.Load() >= int32(len(batch))+1
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range batch {
+		if n := count(m.ID); n != 1 {
+			t.Errorf("message %s applied %d times, want once", m.ID, n)
+		}
+	}
+	t.Logf("%d deliveries of %d messages (one redelivered after the crash)", deliveries.Load(), len(batch))
 }

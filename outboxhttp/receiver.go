@@ -81,7 +81,7 @@ type HandlerOptions struct {
 // Handler is the receiving end of a webhook: an http.Handler that verifies
 // each request's signature, hands the message to its function, and answers
 // 204 only once the function returned nil, so that the sender retries
-// anything not applied. With InboxFunc the function applies each message
+// anything not applied. With outbox.Inbox.Apply the function applies each message
 // once, in the consumer's transaction, and a redelivery after a lost answer
 // is acknowledged without applying it again.
 //
@@ -103,7 +103,7 @@ func NewHandler(secret []byte, fn func(ctx context.Context, m outbox.Message) er
 			Fix: fmt.Sprintf("use the sender's secret, at least %d bytes (outboxhttp.ParseSecret reads whsec_ + base64)", SecretMinLength)}
 	}
 	if fn == nil {
-		return nil, &outbox.ConfigError{Field: "outboxhttp.NewHandler fn", Value: "nil", Fix: "pass the function that applies a message, e.g. outboxhttp.InboxFunc(inbox, apply)"}
+		return nil, &outbox.ConfigError{Field: "outboxhttp.NewHandler fn", Value: "nil", Fix: "pass the function that applies a message, e.g. inbox.Apply(apply)"}
 	}
 	if opts.Tolerance <= 0 {
 		opts.Tolerance = VerifyToleranceDefault
@@ -148,15 +148,4 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// InboxFunc returns a Handler function that applies each message once
-// through inbox: fn runs in the inbox's transaction with the record of the
-// message id, and a message applied before is acknowledged without running
-// fn again.
-func InboxFunc[TTx any](inbox *outbox.Inbox[TTx], fn func(ctx context.Context, tx TTx, m outbox.Message) error) func(context.Context, outbox.Message) error {
-	return func(ctx context.Context, m outbox.Message) error {
-		_, err := inbox.Handle(ctx, m.ID, func(ctx context.Context, tx TTx) error { return fn(ctx, tx, m) })
-		return err
-	}
 }

@@ -55,7 +55,7 @@ func TestWebhookHandlerAppliesEachMessageOnceThroughAnInbox(t *testing.T) {
 		_, err := tx.Exec(ctx, `INSERT INTO `+effects+` VALUES ($1)`, m.ID)
 		return err
 	}
-	handler, err := outboxhttp.NewHandler(webhooktest.Secret, outboxhttp.InboxFunc(inbox, apply), outboxhttp.HandlerOptions{Logger: relaytest.TestLogger(t)})
+	handler, err := outboxhttp.NewHandler(webhooktest.Secret, inbox.Apply(apply), outboxhttp.HandlerOptions{Logger: relaytest.TestLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -305,39 +306,57 @@ func testFailedRecordingIsLogged(t *testing.T, h Harness) {
 }
 
 // LogCapture is a slog.Handler that keeps every record, for tests that check
-// what was logged: slog.New(&relaytest.LogCapture{}).
+// what was logged: slog.New(&relaytest.LogCapture{}). Loggers derived with
+// With keep their attributes and share the records.
 type LogCapture struct {
 	mu      sync.Mutex
 	records []string
 	levels  []slog.Level
+
+	parent *LogCapture // the capture that holds the records, for derived handlers
+	attrs  []slog.Attr // attributes of a derived handler
 }
 
 // Enabled reports true: every level is kept.
 func (c *LogCapture) Enabled(context.Context, slog.Level) bool { return true }
 
-// WithAttrs returns c: the attributes of derived loggers are not kept.
-func (c *LogCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+// WithAttrs returns a handler that adds attrs to every record it keeps here.
+func (c *LogCapture) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &LogCapture{parent: c.root(), attrs: append(slices.Clone(c.attrs), attrs...)}
+}
 
-// WithGroup returns c.
+// WithGroup returns c: groups are not kept.
 func (c *LogCapture) WithGroup(string) slog.Handler { return c }
+
+func (c *LogCapture) root() *LogCapture {
+	if c.parent != nil {
+		return c.parent
+	}
+	return c
+}
 
 // Handle keeps r as one line: level, message, attributes.
 func (c *LogCapture) Handle(_ context.Context, r slog.Record) error {
 	line := r.Level.String() + " " + r.Message
+	for _, a := range c.attrs {
+		line += " " + a.String()
+	}
 	r.Attrs(func(a slog.Attr) bool {
 		line += " " + a.String()
 		return true
 	})
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.records = append(c.records, line)
-	c.levels = append(c.levels, r.Level)
+	root := c.root()
+	root.mu.Lock()
+	defer root.mu.Unlock()
+	root.records = append(root.records, line)
+	root.levels = append(root.levels, r.Level)
 	return nil
 }
 
 // Has reports whether one record at level or above contains every one of
 // words.
 func (c *LogCapture) Has(level slog.Level, words ...string) bool {
+	c = c.root()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 next:
@@ -357,6 +376,7 @@ next:
 
 // String returns every record, one per line.
 func (c *LogCapture) String() string {
+	c = c.root()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return strings.Join(c.records, "\n")

@@ -1,0 +1,228 @@
+package outboxnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/backoff"
+)
+
+// Defaults of ConsumerConfig.
+const (
+	MaxDeliverDefault  = 5
+	AckWaitDefault     = 30 * time.Second
+	ConcurrencyDefault = 4
+)
+
+// ConsumerConfig configures Consume. Stream and Durable are required.
+type ConsumerConfig struct {
+	// Stream is the JetStream stream to read.
+	Stream string
+	// Durable names the consumer on the server; the server remembers what
+	// it acknowledged, so a restarted process goes on where the last one
+	// stopped. Keep it across releases.
+	Durable string
+	// FilterSubject reads only the subjects it matches. Default: all.
+	FilterSubject string
+	// MaxDeliver is how many attempts a message gets before it is parked
+	// (terminated on the server and logged at ERROR level with its id and
+	// error), counting redeliveries after a crash. Default
+	// MaxDeliverDefault.
+	MaxDeliver int
+	// AckWait is how long the server waits for an acknowledgement before it
+	// delivers the message again (after a crash, say). While a handler
+	// retries, the consumer tells the server it is still working. Default
+	// AckWaitDefault.
+	AckWait time.Duration
+	// Concurrency is how many messages are handled at once. Messages of one
+	// key are handled one at a time, in stream order; different keys
+	// concurrently. Default ConcurrencyDefault.
+	Concurrency int
+	// BackoffBase and BackoffMax bound the pause between two attempts of a
+	// failing message (doubling, jittered). Defaults 100ms and 5s.
+	BackoffBase, BackoffMax time.Duration
+	// Logger receives parked messages and failures. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
+	switch {
+	case c.Stream == "":
+		return c, &outbox.ConfigError{Field: "outboxnats.ConsumerConfig.Stream", Value: `""`, Fix: "name the stream the relay publishes to"}
+	case c.Durable == "" || strings.ContainsAny(c.Durable, ". *>"):
+		return c, &outbox.ConfigError{Field: "outboxnats.ConsumerConfig.Durable", Value: fmt.Sprintf("%q", c.Durable), Fix: "name the consumer (no dots, spaces or wildcards), e.g. \"billing\"; keep it across releases"}
+	case c.MaxDeliver < 0, c.Concurrency < 0, c.AckWait < 0:
+		return c, &outbox.ConfigError{Field: "outboxnats.ConsumerConfig", Value: fmt.Sprintf("MaxDeliver %d, Concurrency %d, AckWait %v", c.MaxDeliver, c.Concurrency, c.AckWait), Fix: "use positive values, or 0 for the defaults"}
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = MaxDeliverDefault
+	}
+	if c.AckWait == 0 {
+		c.AckWait = AckWaitDefault
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = ConcurrencyDefault
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = 100 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// FromMsg returns the outbox message a JetStream message carries, as the
+// Publisher sent it: id, topic and key from its headers, the payload, and
+// the other headers.
+func FromMsg(msg jetstream.Msg) (outbox.Message, error) {
+	h := msg.Headers()
+	id, err := uuid.Parse(h.Get(HeaderMsgID))
+	if err != nil {
+		return outbox.Message{}, fmt.Errorf("outboxnats: message on %s has no outbox id in %s (%q): %w", msg.Subject(), HeaderMsgID, h.Get(HeaderMsgID), err)
+	}
+	m := outbox.Message{ID: id, Topic: h.Get(HeaderTopic), Key: h.Get(HeaderKey), Payload: msg.Data(), Headers: map[string]string{}}
+	if m.Topic == "" {
+		m.Topic = msg.Subject()
+	}
+	for name, values := range h {
+		if name != HeaderMsgID && name != HeaderTopic && name != HeaderKey && len(values) > 0 {
+			m.Headers[name] = values[0]
+		}
+	}
+	return m, nil
+}
+
+// Consume reads cfg.Stream through the durable pull consumer cfg.Durable and
+// hands each message to fn, until ctx ends; then it returns nil. A message
+// is acknowledged only after fn returned nil: with fn = inbox.Apply(apply)
+// (outbox.Inbox) that is after the consumer's transaction committed, so a
+// crash between the commit and the acknowledgement means a redelivery that
+// the inbox skips. A failing message
+// is retried in place (its key waits, so key order holds) with a backoff,
+// and parked after cfg.MaxDeliver attempts.
+func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       cfg.Durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		FilterSubject: cfg.FilterSubject,
+		// The consumer counts attempts itself and parks; the server only
+		// bounds what is unacknowledged.
+		MaxAckPending: cfg.Concurrency * 32,
+	})
+	if err != nil {
+		return fmt.Errorf("outboxnats: consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency * 16))
+	if err != nil {
+		return fmt.Errorf("outboxnats: consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
+	}
+	stop := context.AfterFunc(ctx, iter.Stop)
+	defer stop()
+
+	// One queue per lane; a key always goes to the same lane, so its
+	// messages are handled in order.
+	lanes := make([]chan jetstream.Msg, cfg.Concurrency)
+	var workers sync.WaitGroup
+	for i := range lanes {
+		lanes[i] = make(chan jetstream.Msg, 16)
+		workers.Go(func() {
+			for msg := range lanes[i] {
+				handleMsg(ctx, cfg, msg, fn)
+			}
+		})
+	}
+	defer func() {
+		for _, lane := range lanes {
+			close(lane)
+		}
+		workers.Wait()
+	}()
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			cfg.Logger.Warn("outboxnats: consumer read failed; going on", slog.String("consumer", cfg.Durable), slog.Any("error", err))
+			continue
+		}
+		lane := lanes[laneOf(msg, len(lanes))]
+		select {
+		case lane <- msg:
+		case <-ctx.Done():
+			return nil // unacknowledged: the server delivers it again
+		}
+	}
+}
+
+// laneOf picks the lane of a message by its key (by its id when it has
+// none), so that one key's messages share a lane.
+func laneOf(msg jetstream.Msg, lanes int) int {
+	k := msg.Headers().Get(HeaderKey)
+	if k == "" {
+		k = msg.Headers().Get(HeaderMsgID)
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(k))
+	return int(h.Sum32() % uint32(lanes))
+}
+
+// handleMsg runs fn on msg until it succeeds, the attempts run out (park) or
+// ctx ends (no acknowledgement: redelivered later).
+func handleMsg(ctx context.Context, cfg ConsumerConfig, msg jetstream.Msg, fn func(context.Context, outbox.Message) error) {
+	log := cfg.Logger.With(slog.String("consumer", cfg.Durable), slog.String("subject", msg.Subject()))
+	m, err := FromMsg(msg)
+	if err != nil {
+		log.Error("outboxnats: message parked: not an outbox message", slog.Any("error", err))
+		_ = msg.TermWithReason("not an outbox message")
+		return
+	}
+	log = log.With(slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
+	attempt := 1
+	if md, err := msg.Metadata(); err == nil {
+		attempt = int(md.NumDelivered) // earlier deliveries were attempts too
+	}
+	retry := backoff.NewJittered(cfg.BackoffBase, cfg.BackoffMax)
+	for {
+		err := fn(ctx, m)
+		if err == nil {
+			if err := msg.DoubleAck(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("outboxnats: acknowledgement failed; the message will come again and the inbox skip it", slog.Any("error", err))
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if outbox.IsPermanent(err) || attempt >= cfg.MaxDeliver {
+			log.Error("outboxnats: message parked: the handler failed; fix the cause and republish it", slog.Int("attempts", attempt), slog.Any("error", err))
+			_ = msg.TermWithReason(fmt.Sprintf("parked after %d attempt(s): %v", attempt, err))
+			return
+		}
+		log.Warn("outboxnats: handler failed; retrying", slog.Int("attempt", attempt), slog.Duration("retry_in", retry.Next()), slog.Any("error", err))
+		_ = msg.InProgress() // the wait must not make the server deliver it again
+		if !retry.Sleep(ctx, nil) {
+			return
+		}
+		attempt++
+	}
+}
