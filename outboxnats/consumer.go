@@ -4,17 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/go-outbox/outbox"
-	"github.com/go-outbox/outbox/internal/backoff"
+	"github.com/go-outbox/outbox/internal/consume"
 )
 
 // Defaults of ConsumerConfig.
@@ -138,24 +136,11 @@ func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn
 	stop := context.AfterFunc(ctx, iter.Stop)
 	defer stop()
 
-	// One queue per lane; a key always goes to the same lane, so its
-	// messages are handled in order.
-	lanes := make([]chan jetstream.Msg, cfg.Concurrency)
-	var workers sync.WaitGroup
-	for i := range lanes {
-		lanes[i] = make(chan jetstream.Msg, 16)
-		workers.Go(func() {
-			for msg := range lanes[i] {
-				handleMsg(ctx, cfg, msg, fn)
-			}
-		})
-	}
-	defer func() {
-		for _, lane := range lanes {
-			close(lane)
-		}
-		workers.Wait()
-	}()
+	lanes := consume.Start(ctx, consume.Config{
+		Consumer: cfg.Durable, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger,
+	}, fn)
+	defer lanes.Close()
 	for {
 		msg, err := iter.Next()
 		if err != nil {
@@ -165,64 +150,33 @@ func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn
 			cfg.Logger.Warn("outboxnats: consumer read failed; going on", slog.String("consumer", cfg.Durable), slog.Any("error", err))
 			continue
 		}
-		lane := lanes[laneOf(msg, len(lanes))]
-		select {
-		case lane <- msg:
-		case <-ctx.Done():
+		m, err := FromMsg(msg)
+		if err != nil {
+			cfg.Logger.Error("outboxnats: message parked: not an outbox message", slog.String("consumer", cfg.Durable), slog.Any("error", err))
+			_ = msg.TermWithReason("not an outbox message")
+			continue
+		}
+		if !lanes.Submit(ctx, &delivery{msg: msg, m: m}) {
 			return nil // unacknowledged: the server delivers it again
 		}
 	}
 }
 
-// laneOf picks the lane of a message by its key (by its id when it has
-// none), so that one key's messages share a lane.
-func laneOf(msg jetstream.Msg, lanes int) int {
-	k := msg.Headers().Get(HeaderKey)
-	if k == "" {
-		k = msg.Headers().Get(HeaderMsgID)
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(k))
-	return int(h.Sum32() % uint32(lanes))
+// delivery is a JetStream message for the consumer lanes.
+type delivery struct {
+	msg jetstream.Msg
+	m   outbox.Message
 }
 
-// handleMsg runs fn on msg until it succeeds, the attempts run out (park) or
-// ctx ends (no acknowledgement: redelivered later).
-func handleMsg(ctx context.Context, cfg ConsumerConfig, msg jetstream.Msg, fn func(context.Context, outbox.Message) error) {
-	log := cfg.Logger.With(slog.String("consumer", cfg.Durable), slog.String("subject", msg.Subject()))
-	m, err := FromMsg(msg)
-	if err != nil {
-		log.Error("outboxnats: message parked: not an outbox message", slog.Any("error", err))
-		_ = msg.TermWithReason("not an outbox message")
-		return
+func (d *delivery) Message() outbox.Message { return d.m }
+
+func (d *delivery) Attempt() int {
+	if md, err := d.msg.Metadata(); err == nil {
+		return int(md.NumDelivered) // earlier deliveries were attempts too
 	}
-	log = log.With(slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
-	attempt := 1
-	if md, err := msg.Metadata(); err == nil {
-		attempt = int(md.NumDelivered) // earlier deliveries were attempts too
-	}
-	retry := backoff.NewJittered(cfg.BackoffBase, cfg.BackoffMax)
-	for {
-		err := fn(ctx, m)
-		if err == nil {
-			if err := msg.DoubleAck(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("outboxnats: acknowledgement failed; the message will come again and the inbox skip it", slog.Any("error", err))
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if outbox.IsPermanent(err) || attempt >= cfg.MaxDeliver {
-			log.Error("outboxnats: message parked: the handler failed; fix the cause and republish it", slog.Int("attempts", attempt), slog.Any("error", err))
-			_ = msg.TermWithReason(fmt.Sprintf("parked after %d attempt(s): %v", attempt, err))
-			return
-		}
-		log.Warn("outboxnats: handler failed; retrying", slog.Int("attempt", attempt), slog.Duration("retry_in", retry.Next()), slog.Any("error", err))
-		_ = msg.InProgress() // the wait must not make the server deliver it again
-		if !retry.Sleep(ctx, nil) {
-			return
-		}
-		attempt++
-	}
+	return 1
 }
+
+func (d *delivery) Ack(ctx context.Context) error { return d.msg.DoubleAck(ctx) }
+func (d *delivery) Park(reason string) error      { return d.msg.TermWithReason(reason) }
+func (d *delivery) Working()                      { _ = d.msg.InProgress() }

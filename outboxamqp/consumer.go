@@ -1,0 +1,188 @@
+package outboxamqp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/backoff"
+	"github.com/go-outbox/outbox/internal/consume"
+)
+
+// Defaults of ConsumerConfig.
+const (
+	MaxDeliverDefault  = 5
+	ConcurrencyDefault = 4
+)
+
+// ConsumerConfig configures Consume. Queue and Name are required.
+type ConsumerConfig struct {
+	// Queue is the queue to read.
+	Queue string
+	// Name is the consumer's name, for the broker (consumer tag prefix) and
+	// the logs.
+	Name string
+	// Concurrency is how many messages are handled at once. Messages of one
+	// key are handled one at a time, in queue order; different keys
+	// concurrently. Default ConcurrencyDefault.
+	Concurrency int
+	// Prefetch is how many unacknowledged messages the broker sends ahead
+	// (basic.qos). Default 16 × Concurrency.
+	Prefetch int
+	// MaxDeliver is how many attempts a message gets before it is parked:
+	// rejected without requeue, so the broker moves it to the queue's
+	// dead-letter exchange (declare the queue with x-dead-letter-exchange
+	// to keep parked messages; without one the broker drops them). Counts
+	// deliveries before a crash where the queue says (quorum queues'
+	// x-delivery-count). Default MaxDeliverDefault.
+	MaxDeliver int
+	// BackoffBase and BackoffMax bound the pause between two attempts of a
+	// failing message (doubling, jittered) and between reconnections.
+	// Defaults 100ms and 5s.
+	BackoffBase, BackoffMax time.Duration
+	// Logger receives parked messages, retries and reconnections. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
+	switch {
+	case c.Queue == "":
+		return c, &outbox.ConfigError{Field: "outboxamqp.ConsumerConfig.Queue", Value: `""`, Fix: "name the queue bound to the exchange the relay publishes to"}
+	case c.Name == "":
+		return c, &outbox.ConfigError{Field: "outboxamqp.ConsumerConfig.Name", Value: `""`, Fix: "name the consumer, e.g. \"billing\""}
+	case c.MaxDeliver < 0, c.Concurrency < 0, c.Prefetch < 0:
+		return c, &outbox.ConfigError{Field: "outboxamqp.ConsumerConfig", Value: fmt.Sprintf("MaxDeliver %d, Concurrency %d, Prefetch %d", c.MaxDeliver, c.Concurrency, c.Prefetch), Fix: "use positive values, or 0 for the defaults"}
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = MaxDeliverDefault
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = ConcurrencyDefault
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = 16 * c.Concurrency
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = 100 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// Consume reads cfg.Queue on the broker at url with manual acknowledgements
+// and hands each message to fn, until ctx ends; then it returns nil. A
+// message is acknowledged only after fn returned nil: with fn =
+// inbox.Apply(apply) (outbox.Inbox), after the consumer's transaction
+// committed, so a crash in between means a redelivery that the inbox skips.
+// When the connection drops, Consume connects again (with a backoff); the
+// broker requeues what was not acknowledged. A failing message is retried in
+// place (its key waits, so key order holds) and parked after cfg.MaxDeliver
+// attempts.
+func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		return &outbox.ConfigError{Field: "outboxamqp.Consume url", Value: "(not shown: it may hold a password)", Fix: "use amqp://user:password@host:5672/vhost"}
+	}
+	broker := redactURI(uri)
+	log := cfg.Logger.With(slog.String("consumer", cfg.Name), slog.String("queue", cfg.Queue), slog.String("broker", broker))
+	reconnect := backoff.NewJittered(cfg.BackoffBase, cfg.BackoffMax)
+	for {
+		err := consumeOnce(ctx, url, cfg, log, fn, reconnect.Reset)
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Warn("outboxamqp: consumer lost its connection; connecting again (the broker requeues what was not acknowledged)",
+			slog.Duration("retry_in", reconnect.Next()), slog.Any("error", err))
+		if !reconnect.Sleep(ctx, nil) {
+			return nil
+		}
+	}
+}
+
+// consumeOnce consumes on one connection until it fails or ctx ends;
+// connected is called once the consumer is registered.
+func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, log *slog.Logger, fn func(context.Context, outbox.Message) error, connected func()) error {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Qos(cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("set prefetch: %w", err)
+	}
+	deliveries, err := ch.ConsumeWithContext(ctx, cfg.Queue, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume queue %s: %w", cfg.Queue, err)
+	}
+	connected()
+	lanes := consume.Start(ctx, consume.Config{
+		Consumer: cfg.Name, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger,
+	}, fn)
+	defer lanes.Close()
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d, ok := <-deliveries:
+			if !ok {
+				return fmt.Errorf("the broker closed the channel: %v", <-closed)
+			}
+			m, err := FromDelivery(d)
+			if err != nil {
+				log.Error("outboxamqp: message parked: not an outbox message", slog.Any("error", err))
+				_ = d.Nack(false, false)
+				continue
+			}
+			if !lanes.Submit(ctx, &delivery{d: d, m: m}) {
+				return nil
+			}
+		}
+	}
+}
+
+// delivery is an AMQP delivery for the consumer lanes.
+type delivery struct {
+	d amqp.Delivery
+	m outbox.Message
+}
+
+func (d *delivery) Message() outbox.Message { return d.m }
+
+// Attempt counts earlier deliveries where the queue says so (quorum queues),
+// else 2 for a redelivery.
+func (d *delivery) Attempt() int {
+	if n, ok := d.d.Headers["x-delivery-count"].(int64); ok {
+		return int(n) + 1
+	}
+	if d.d.Redelivered {
+		return 2
+	}
+	return 1
+}
+
+func (d *delivery) Ack(context.Context) error { return d.d.Ack(false) }
+func (d *delivery) Park(string) error         { return d.d.Nack(false, false) }
+
+// Working does nothing: RabbitMQ waits for an acknowledgement as long as
+// the connection lives (up to its consumer_timeout, 30 minutes by default).
+func (d *delivery) Working() {}
