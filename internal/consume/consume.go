@@ -66,7 +66,7 @@ func Start(ctx context.Context, cfg Config, fn func(context.Context, outbox.Mess
 		l.lanes[i] = make(chan Delivery, 16)
 		l.workers.Go(func() {
 			for d := range l.lanes[i] {
-				l.handle(ctx, d)
+				Handle(ctx, l.cfg, d, l.fn)
 			}
 		})
 	}
@@ -100,18 +100,20 @@ func (l *Lanes) Close() {
 	l.workers.Wait()
 }
 
-// handle runs fn on d until it succeeds, its attempts run out (park) or ctx
-// ends (no acknowledgement).
-func (l *Lanes) handle(ctx context.Context, d Delivery) {
+// Handle runs fn on d until it succeeds (then acknowledges d), its attempts
+// run out (then parks it) or ctx ends (then leaves it unacknowledged, for
+// the broker to deliver again). Consumers that keep order by themselves
+// (Kafka partitions) call it directly, one delivery after the other.
+func Handle(ctx context.Context, cfg Config, d Delivery, fn func(context.Context, outbox.Message) error) {
 	if ctx.Err() != nil {
 		return
 	}
 	m := d.Message()
-	log := l.cfg.Logger.With(slog.String("consumer", l.cfg.Consumer), slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
+	log := cfg.Logger.With(slog.String("consumer", cfg.Consumer), slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
 	attempt := max(d.Attempt(), 1)
-	retry := backoff.NewJittered(l.cfg.BackoffBase, l.cfg.BackoffMax)
+	retry := backoff.NewJittered(cfg.BackoffBase, cfg.BackoffMax)
 	for {
-		err := l.fn(ctx, m)
+		err := fn(ctx, m)
 		if err == nil {
 			if err := d.Ack(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("outbox consumer: acknowledgement failed; the message will come again and the inbox skip it", slog.Any("error", err))
@@ -121,7 +123,7 @@ func (l *Lanes) handle(ctx context.Context, d Delivery) {
 		if ctx.Err() != nil {
 			return
 		}
-		if outbox.IsPermanent(err) || attempt >= l.cfg.MaxDeliver {
+		if outbox.IsPermanent(err) || attempt >= cfg.MaxDeliver {
 			log.Error("outbox consumer: message parked: the handler failed; fix the cause and send it again", slog.Int("attempts", attempt), slog.Any("error", err))
 			if err := d.Park(fmt.Sprintf("parked after %d attempt(s): %v", attempt, err)); err != nil {
 				log.Error("outbox consumer: parking failed; the broker will deliver the message again", slog.Any("error", err))

@@ -1,0 +1,196 @@
+package outboxkafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/consume"
+)
+
+// MaxDeliverDefault is ConsumerConfig.MaxDeliver when zero.
+const MaxDeliverDefault = 5
+
+// HeaderParkReason is the header of a parked record in the dead-letter
+// topic that says why it was parked.
+const HeaderParkReason = "Outbox-Park-Reason"
+
+// ConsumerConfig configures Consume. Group, Topics and DeadLetterTopic are
+// required.
+type ConsumerConfig struct {
+	// Group is the consumer group: its committed offsets are where a
+	// restarted process goes on. Keep it across releases.
+	Group string
+	// Topics are the topics to read.
+	Topics []string
+	// DeadLetterTopic receives the records parked after MaxDeliver
+	// attempts, unchanged but for HeaderParkReason.
+	DeadLetterTopic string
+	// MaxDeliver is how many attempts a record gets before it is parked.
+	// Kafka does not count deliveries: attempts before a crash are not
+	// counted. Default MaxDeliverDefault.
+	MaxDeliver int
+	// BackoffBase and BackoffMax bound the pause between two attempts of a
+	// failing record (doubling, jittered). Defaults 100ms and 5s.
+	BackoffBase, BackoffMax time.Duration
+	// Logger receives parked records and retries. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// FromRecord returns the outbox message a record carries, as the Publisher
+// sent it: the id, topic and key from its headers (the Kafka topic and the
+// record key when absent), the value as payload, and the other headers.
+func FromRecord(r *kgo.Record) (outbox.Message, error) {
+	m := outbox.Message{Topic: r.Topic, Key: string(r.Key), Payload: r.Value, Headers: map[string]string{}}
+	var id string
+	for _, h := range r.Headers {
+		switch h.Key {
+		case HeaderID:
+			id = string(h.Value)
+		case HeaderTopic:
+			m.Topic = string(h.Value)
+		default:
+			m.Headers[h.Key] = string(h.Value)
+		}
+	}
+	parsed, err := uuid.Parse(id)
+	if err != nil {
+		return outbox.Message{}, fmt.Errorf("outboxkafka: record %s/%d@%d has no outbox id in %s (%q): %w", r.Topic, r.Partition, r.Offset, HeaderID, id, err)
+	}
+	m.ID = parsed
+	return m, nil
+}
+
+// Consume reads cfg.Topics as member of the consumer group cfg.Group and
+// hands each record to fn, until ctx ends; then it commits what was handled
+// and returns nil. A record's offset is committed only after fn returned
+// nil: with fn = inbox.Apply(apply) (outbox.Inbox), after the consumer's
+// transaction committed, so a crash in between means a redelivery that the
+// inbox skips. The records of one partition are handled one after the
+// other, so the order of a key (which picks the partition) holds; partitions
+// are handled concurrently. A failing record is retried in place and, after
+// cfg.MaxDeliver attempts, parked in cfg.DeadLetterTopic. opts configure
+// the client (TLS, SASL...).
+func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error, opts ...kgo.Opt) error {
+	switch {
+	case cfg.Group == "":
+		return &outbox.ConfigError{Field: "outboxkafka.ConsumerConfig.Group", Value: `""`, Fix: "name the consumer group, e.g. \"billing\"; keep it across releases"}
+	case len(cfg.Topics) == 0:
+		return &outbox.ConfigError{Field: "outboxkafka.ConsumerConfig.Topics", Value: "none", Fix: "name the topics the relay publishes to"}
+	case cfg.DeadLetterTopic == "":
+		return &outbox.ConfigError{Field: "outboxkafka.ConsumerConfig.DeadLetterTopic", Value: `""`, Fix: "name a topic for the records that keep failing, e.g. \"orders.dead\""}
+	}
+	if cfg.MaxDeliver <= 0 {
+		cfg.MaxDeliver = MaxDeliverDefault
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = 100 * time.Millisecond
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	client, err := kgo.NewClient(append([]kgo.Opt{
+		kgo.SeedBrokers(seeds...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Offsets are committed for the records marked, and a record is
+		// marked only once handled.
+		kgo.AutoCommitMarks(),
+		kgo.BlockRebalanceOnPoll(),
+	}, opts...)...)
+	if err != nil {
+		return fmt.Errorf("outboxkafka: consumer group %s: %w", cfg.Group, err)
+	}
+	defer client.Close()
+	lanes := consume.Config{Consumer: cfg.Group, MaxDeliver: cfg.MaxDeliver, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger}
+	for {
+		fetches := client.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				cfg.Logger.Warn("outboxkafka: consumer fetch failed; going on", slog.String("consumer", cfg.Group), slog.String("kafka_topic", topic), slog.Int("partition", int(partition)), slog.Any("error", err))
+			}
+		})
+		var partitions sync.WaitGroup
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			partitions.Go(func() {
+				for _, r := range p.Records {
+					if ctx.Err() != nil {
+						return
+					}
+					d := &consumed{client: client, r: r, deadLetters: cfg.DeadLetterTopic}
+					m, err := FromRecord(r)
+					if err != nil {
+						cfg.Logger.Error("outboxkafka: record parked: not an outbox message", slog.String("consumer", cfg.Group), slog.Any("error", err))
+						if err := d.Park(err.Error()); err != nil {
+							return // not marked: delivered again
+						}
+						continue
+					}
+					d.m = m
+					consume.Handle(ctx, lanes, d, fn)
+					if !d.done {
+						return // the context ended: the rest of the partition waits
+					}
+				}
+			})
+		})
+		partitions.Wait()
+		client.AllowRebalance()
+	}
+	// A poll blocks rebalances until AllowRebalance; leaving the group is
+	// one. Commit what was handled before leaving.
+	client.AllowRebalance()
+	commitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := client.CommitMarkedOffsets(commitCtx); err != nil {
+		cfg.Logger.Warn("outboxkafka: committing the last offsets failed; those records come again and the inbox skips them", slog.String("consumer", cfg.Group), slog.Any("error", err))
+	}
+	return nil
+}
+
+// consumed is a Kafka record for consume.Handle.
+type consumed struct {
+	client      *kgo.Client
+	r           *kgo.Record
+	m           outbox.Message
+	deadLetters string
+	done        bool // acknowledged or parked
+}
+
+func (d *consumed) Message() outbox.Message { return d.m }
+func (d *consumed) Attempt() int            { return 1 }
+func (d *consumed) Working()                {}
+
+func (d *consumed) Ack(context.Context) error {
+	d.client.MarkCommitRecords(d.r)
+	d.done = true
+	return nil
+}
+
+// Park copies the record to the dead-letter topic, then marks it handled.
+func (d *consumed) Park(reason string) error {
+	parked := &kgo.Record{Topic: d.deadLetters, Key: d.r.Key, Value: d.r.Value,
+		Headers: append(append([]kgo.RecordHeader(nil), d.r.Headers...), kgo.RecordHeader{Key: HeaderParkReason, Value: []byte(reason)})}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.client.ProduceSync(ctx, parked).FirstErr(); err != nil {
+		return fmt.Errorf("outboxkafka: park record in %s: %w", d.deadLetters, err)
+	}
+	d.client.MarkCommitRecords(d.r)
+	d.done = true
+	return nil
+}
