@@ -431,8 +431,12 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 			// Postponed rather than released: a released message keeps its
 			// place at the head of the queue, so the next claims would take
 			// it again and again, and messages to destinations that are up
-			// would never get a turn.
-			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: pause, Error: err.Error(), Unsent: true})
+			// would never get a turn. By half the worker's pause: due again
+			// while this worker still pauses, so that another relay that
+			// reaches the destination takes it; postponed by the whole
+			// pause, it came due just as this worker woke, which claimed it
+			// first, every time (TestFaultStalledRabbitMQLink).
+			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: pause / 2, Error: err.Error(), Unsent: true})
 			unavailable = true
 		case IsPermanent(err):
 			outcome = OutcomeDead
