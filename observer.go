@@ -31,6 +31,17 @@ type InboxObserver interface {
 	Handled(ctx context.Context, consumer string, applied bool, err error)
 }
 
+// ConsumeObserver is told of every attempt a consumer adapter (outboxnats,
+// outboxamqp, outboxkafka Consume; outboxhttp.Handler) makes to handle a
+// message, for traces and metrics of consumers (outboxotel.Observer
+// implements it: a "process" span, child of the trace context the message
+// carries).
+type ConsumeObserver interface {
+	// Consuming returns the context the handler runs in, and a function
+	// the adapter calls with the handler's result.
+	Consuming(ctx context.Context, consumer string, m Message) (_ context.Context, done func(err error))
+}
+
 // Exchange describes one exchange of a relay worker with the store.
 type Exchange struct {
 	// Table is the store's name (schema.table).

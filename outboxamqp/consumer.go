@@ -46,7 +46,9 @@ type ConsumerConfig struct {
 	BackoffBase, BackoffMax time.Duration
 	// Logger receives parked messages, retries and reconnections. Default
 	// slog.Default().
-	Logger *slog.Logger
+	Logger *slog.Logger // Observer, if set, is told of every attempt to handle a message
+	// (outboxotel.Observer continues the message's trace there).
+	Observer outbox.ConsumeObserver
 }
 
 func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
@@ -135,7 +137,7 @@ func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, log *slog.
 	connected()
 	lanes := consume.Start(ctx, consume.Config{
 		Consumer: cfg.Name, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
-		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer,
 	}, fn)
 	defer lanes.Close()
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))

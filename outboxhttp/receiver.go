@@ -76,6 +76,11 @@ type HandlerOptions struct {
 	// Logger receives refused requests and handler failures. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Observer, if set, is told of every message handled (outboxotel
+	// continues the message's trace there); Consumer names the consumer
+	// for it.
+	Observer outbox.ConsumeObserver
+	Consumer string
 }
 
 // Handler is the receiving end of a webhook: an http.Handler that verifies
@@ -137,7 +142,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if err := h.fn(r.Context(), m); err != nil {
+	ctx := r.Context()
+	done := func(error) {}
+	if h.opts.Observer != nil {
+		ctx, done = h.opts.Observer.Consuming(ctx, h.opts.Consumer, m)
+	}
+	err = h.fn(ctx, m)
+	done(err)
+	if err != nil {
 		status := http.StatusServiceUnavailable
 		if outbox.IsPermanent(err) {
 			status = http.StatusUnprocessableEntity

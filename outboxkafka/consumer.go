@@ -41,7 +41,9 @@ type ConsumerConfig struct {
 	// failing record (doubling, jittered). Defaults 100ms and 5s.
 	BackoffBase, BackoffMax time.Duration
 	// Logger receives parked records and retries. Default slog.Default().
-	Logger *slog.Logger
+	Logger *slog.Logger // Observer, if set, is told of every attempt to handle a message
+	// (outboxotel.Observer continues the message's trace there).
+	Observer outbox.ConsumeObserver
 }
 
 // FromRecord returns the outbox message a record carries, as the Publisher
@@ -113,7 +115,7 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 		return fmt.Errorf("outboxkafka: consumer group %s: %w", cfg.Group, err)
 	}
 	defer client.Close()
-	lanes := consume.Config{Consumer: cfg.Group, MaxDeliver: cfg.MaxDeliver, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger}
+	lanes := consume.Config{Consumer: cfg.Group, MaxDeliver: cfg.MaxDeliver, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer}
 	for {
 		fetches := client.PollFetches(ctx)
 		if ctx.Err() != nil {

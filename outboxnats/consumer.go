@@ -50,7 +50,9 @@ type ConsumerConfig struct {
 	// failing message (doubling, jittered). Defaults 100ms and 5s.
 	BackoffBase, BackoffMax time.Duration
 	// Logger receives parked messages and failures. Default slog.Default().
-	Logger *slog.Logger
+	Logger *slog.Logger // Observer, if set, is told of every attempt to handle a message
+	// (outboxotel.Observer continues the message's trace there).
+	Observer outbox.ConsumeObserver
 }
 
 func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
@@ -138,7 +140,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn
 
 	lanes := consume.Start(ctx, consume.Config{
 		Consumer: cfg.Durable, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
-		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer,
 	}, fn)
 	defer lanes.Close()
 	for {

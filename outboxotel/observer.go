@@ -114,8 +114,9 @@ func (o *Observer) attrSet(kv ...string) metric.MeasurementOption {
 }
 
 var (
-	_ outbox.Observer      = (*Observer)(nil)
-	_ outbox.InboxObserver = (*Observer)(nil)
+	_ outbox.Observer        = (*Observer)(nil)
+	_ outbox.InboxObserver   = (*Observer)(nil)
+	_ outbox.ConsumeObserver = (*Observer)(nil)
 )
 
 // NewObserver creates the instruments.
@@ -230,6 +231,29 @@ func (o *Observer) WatchRelay(relay *outbox.Relay, table string) (metric.Registr
 		obs.ObserveInt64(ready, v, attrs)
 		return nil
 	}, ready)
+}
+
+// Consuming starts a "process <topic>" span (kind consumer) as a child of
+// the trace context m carries, for a consumer adapter's attempt to handle
+// it; the handler's own work, and the messages it writes with
+// InjectTraceContext, go on in that trace.
+func (o *Observer) Consuming(ctx context.Context, consumer string, m outbox.Message) (context.Context, func(error)) {
+	parent := o.cfg.Propagator.Extract(ctx, headerCarrier{&m})
+	ctx, span := o.tracer.Start(parent, "process "+m.Topic,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", m.Topic),
+			attribute.String("messaging.message.id", m.ID.String()),
+			attribute.String("messaging.consumer.group.name", consumer),
+		))
+	return ctx, func(err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
 }
 
 // Handled counts a message an inbox applied, or skipped as a duplicate.

@@ -47,6 +47,8 @@ type Config struct {
 	BackoffBase, BackoffMax time.Duration
 	// Logger receives parked messages and retries.
 	Logger *slog.Logger
+	// Observer, if set, is told of every attempt.
+	Observer outbox.ConsumeObserver
 }
 
 // Lanes hands deliveries to fn, one lane per Concurrency.
@@ -100,6 +102,17 @@ func (l *Lanes) Close() {
 	l.workers.Wait()
 }
 
+// attempt1 runs fn once, told to the observer.
+func attempt1(ctx context.Context, cfg Config, m outbox.Message, fn func(context.Context, outbox.Message) error) error {
+	if cfg.Observer == nil {
+		return fn(ctx, m)
+	}
+	ctx, done := cfg.Observer.Consuming(ctx, cfg.Consumer, m)
+	err := fn(ctx, m)
+	done(err)
+	return err
+}
+
 // Handle runs fn on d until it succeeds (then acknowledges d), its attempts
 // run out (then parks it) or ctx ends (then leaves it unacknowledged, for
 // the broker to deliver again). Consumers that keep order by themselves
@@ -113,7 +126,7 @@ func Handle(ctx context.Context, cfg Config, d Delivery, fn func(context.Context
 	attempt := max(d.Attempt(), 1)
 	retry := backoff.NewJittered(cfg.BackoffBase, cfg.BackoffMax)
 	for {
-		err := fn(ctx, m)
+		err := attempt1(ctx, cfg, m, fn)
 		if err == nil {
 			if err := d.Ack(ctx); err != nil && ctx.Err() == nil {
 				log.Warn("outbox consumer: acknowledgement failed; the message will come again and the inbox skip it", slog.Any("error", err))
