@@ -719,7 +719,10 @@ func (c *connection) isLost() bool {
 	case <-c.lost:
 		return true
 	default:
-		return false
+		// The library knows before the goroutine that closes lost runs: a
+		// channel opened on a connection that just dropped fails with 504
+		// while lost is still open.
+		return c.amqp.IsClosed()
 	}
 }
 
