@@ -103,7 +103,7 @@ func parseKafkaURL(raw string) (kafkaTarget, error) {
 	rest, query, _ := strings.Cut(rest, "?")
 	authority, path, _ := strings.Cut(rest, "/")
 	if path != "" {
-		return k, fmt.Errorf("unexpected path /%s; the topic goes in ?topic=", path)
+		return k, unexpectedPath(path, "the topic goes in ?topic=")
 	}
 	if at := strings.LastIndex(authority, "@"); at >= 0 {
 		user, pass, hasPass := strings.Cut(authority[:at], ":")

@@ -108,7 +108,7 @@ func parseNATSURL(raw string) (natsTarget, error) {
 	rest, query, _ := strings.Cut(rest, "?")
 	authority, path, _ := strings.Cut(rest, "/")
 	if path != "" {
-		return n, fmt.Errorf("unexpected path /%s; the stream goes in ?stream= and the subject prefix in ?subject_prefix=", path)
+		return n, unexpectedPath(path, "the stream goes in ?stream= and the subject prefix in ?subject_prefix=")
 	}
 	if at := strings.LastIndex(authority, "@"); at >= 0 {
 		user, pass, hasPass := strings.Cut(authority[:at], ":")

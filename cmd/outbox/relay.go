@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -142,6 +143,16 @@ func relayFlagError(err error) error {
 		return err
 	}
 	return usagef("%s %v: %s", relayFlags[ce.Field], ce.Value, fieldsToFlags.Replace(ce.Fix))
+}
+
+// unexpectedPath is the error for a broker URL with a path, which hint says
+// how to avoid. A path with an @ is most likely the end of a password with an
+// unescaped '/', cut there by the URL syntax: it is not shown.
+func unexpectedPath(path, hint string) error {
+	if strings.Contains(path, "@") {
+		return fmt.Errorf("unexpected '/' before the host: percent-encode '/' in a user name or password as %%2F; %s", hint)
+	}
+	return fmt.Errorf("unexpected path /%s; %s", path, hint)
 }
 
 // openPublisher builds the publisher a --publisher URL names; the scheme picks
