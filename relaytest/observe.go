@@ -107,6 +107,19 @@ func testObserver(t *testing.T, h Harness) {
 		}
 	}
 	waitEmpty(t, h, 10*time.Second)
+	// The observer hears of an exchange once the store call returned, a
+	// moment after the table changed.
+	recordedSoFar := func() (n int) {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		for _, e := range obs.exchanges {
+			n += e.Recorded
+		}
+		return n
+	}
+	for deadline := time.Now().Add(10 * time.Second); recordedSoFar() < 4 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	mu.Lock()
