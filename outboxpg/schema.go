@@ -45,7 +45,13 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		return nil // created by another tool: the columns are all there
 	}
 	var latest int
-	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM `+s.names.qMigr).Scan(&latest); err != nil {
+	err = s.pool.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM `+s.names.qMigr).Scan(&latest)
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+		// A role granted the outbox table only (least privilege) cannot
+		// read the bookkeeping; the columns, checked above, decide.
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("outboxpg: check migrations of %s: %w", s.Name(), err)
 	}
 	if latest < len(embedded) {
