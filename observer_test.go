@@ -34,3 +34,22 @@ func TestBeforeWriteAddsHeadersFromTheContextAndTheyAreValidated(t *testing.T) {
 		t.Fatalf("a reserved header added by BeforeWrite: %v, %d inserted; want a *MessageError and nothing inserted", err, in.inserted)
 	}
 }
+
+// What BeforeWrite adds goes into the message's own copy of its headers: a
+// map the caller shares between messages is left as it was.
+func TestBeforeWriteLeavesTheCallersHeaderMapAlone(t *testing.T) {
+	w, _ := newTestWriter(t, WriterConfig{BeforeWrite: func(ctx context.Context, m *Message) {
+		m.Headers["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	}})
+	shared := map[string]string{"tenant": "t-1"}
+	a, b := &Message{Topic: "orders", Headers: shared}, &Message{Topic: "orders", Headers: shared}
+	if err := w.Write(context.Background(), struct{}{}, a, b); err != nil {
+		t.Fatal(err)
+	}
+	if len(shared) != 1 {
+		t.Errorf("the caller's shared header map became %v; want it untouched", shared)
+	}
+	if a.Headers["traceparent"] == "" || a.Headers["tenant"] != "t-1" {
+		t.Errorf("message headers %v; want the caller's plus the hook's", a.Headers)
+	}
+}

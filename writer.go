@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/google/uuid"
 )
@@ -31,7 +32,9 @@ type WriterConfig struct {
 	// context, before the message is validated: it may add headers taken
 	// from the context, such as the caller's trace context
 	// (outboxotel.InjectTraceContext does), so that a message's trace goes
-	// on from the code that wrote it.
+	// on from the code that wrote it. m.Headers is the message's own copy
+	// of the caller's map (nil if it had none), so adding to it leaves a map
+	// the caller shares between messages alone.
 	BeforeWrite func(ctx context.Context, m *Message)
 	// MaxHeaderValueBytes rejects a message with a longer header value, in
 	// bytes. 0 means MaxHeaderValueBytesDefault (8 KiB). Brokers and HTTP
@@ -114,6 +117,10 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 			return fmt.Errorf("outbox: message %d of %d is nil", i, len(msgs))
 		}
 		if w.beforeWrite != nil {
+			// The hook sees a copy of the headers: callers often share
+			// one map between messages and goroutines, and what the hook
+			// adds (a trace context, say) belongs to this message only.
+			m.Headers = maps.Clone(m.Headers)
 			w.beforeWrite(ctx, m)
 		}
 		if err := validateMessage(m, w.limits); err != nil {

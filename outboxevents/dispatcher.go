@@ -97,8 +97,10 @@ func Handle[E any, TTx any](d *Dispatcher[TTx], name string, fn func(ctx context
 // Publish applies each message of the batch with every handler of its type,
 // one message after the other. A message's result is nil when every handler
 // has applied it (now or before), a permanent error when its type is unknown
-// or its body undecodable, and otherwise the first handler error, retryable:
-// the retry runs only the handlers that have not applied it.
+// or its body undecodable, and otherwise retryable: the handlers' errors
+// (the retry runs only the handlers that have not applied it), or
+// ErrNewerVersion for an event written by a newer release, which a retry
+// after this process is upgraded decodes.
 func (d *Dispatcher[TTx]) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))
 	for i := range batch {
@@ -113,6 +115,9 @@ func (d *Dispatcher[TTx]) Publish(ctx context.Context, batch []outbox.Message) [
 
 func (d *Dispatcher[TTx]) dispatch(ctx context.Context, m outbox.Message) error {
 	event, name, err := d.reg.Decode(m)
+	if errors.Is(err, ErrNewerVersion) {
+		return err
+	}
 	if err != nil {
 		return outbox.Permanent(err)
 	}

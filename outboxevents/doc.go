@@ -22,11 +22,18 @@
 // # Raising and saving
 //
 // Entities embed a Recorder and call Record; they need not know the outbox.
-// Save takes the recorded events of every aggregate a transaction touched
-// and writes them through the Writer in one call (one round trip):
+// Transact runs the application's transaction, writes the recorded events of
+// every aggregate it touched through the Writer in one call (one round
+// trip), and clears them from the aggregates once the transaction committed:
 //
 //	order.Place(...)                       // order embeds outboxevents.Recorder
-//	err := outboxevents.Save(ctx, writer, tx, reg, order, customer)
+//	err := outboxevents.Transact(ctx, writer, reg, func(tx pgx.Tx) error {
+//		return saveOrderRows(ctx, tx, order) // the business rows
+//	}, order, customer)
+//
+// An application that runs its own transactions calls Save inside one and
+// Clear after its commit. The events stay recorded until then, so a
+// transaction that is rolled back and run again writes them again.
 //
 // An aggregate that has an EventKey() string method gives its events that
 // key (ordering per key, partitioning).
@@ -36,7 +43,7 @@
 // A Dispatcher runs typed handlers, any number per event type, each with a
 // name, and is an outbox.Publisher for a relay in the same process:
 //
-//	d := outboxevents.NewDispatcher(reg, inboxTable)
+//	d, err := outboxevents.NewDispatcher(reg, inboxTable)
 //	outboxevents.Handle(d, "read-model", func(ctx context.Context, tx pgx.Tx, e OrderPlaced) error { ... })
 //	outboxevents.Handle(d, "welcome-mail", func(ctx context.Context, tx pgx.Tx, e OrderPlaced) error { ... })
 //	relay, _ := outbox.NewRelay(store, d, outbox.Config{})
@@ -48,7 +55,11 @@
 // succeeded yet. The event counts as published when every handler has
 // succeeded, now or before. An event whose type no handler takes is
 // published at once. A message whose type is not registered, or whose body
-// does not decode, is dead-lettered at once: no retry can help. Handlers of a
+// does not decode, is dead-lettered at once: no retry can help. So in a
+// rolling deploy that adds an event type, deploy the handlers before the
+// writers (dead letters can be retried with `outbox dead retry`). An event
+// written at a newer Version than this process knows is retried instead,
+// with the relay's backoff, until an upgraded process takes it. Handlers of a
 // batch run one message after the other, so events of one key are applied
 // in order.
 //

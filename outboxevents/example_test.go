@@ -33,7 +33,7 @@ func ExampleRegistry() {
 
 	order := &Order{ID: "o-1"}
 	order.Place(1250)
-	for _, event := range order.TakeEvents() {
+	for _, event := range order.RecordedEvents() {
 		m, err := reg.Message(event, order.EventKey())
 		if err != nil {
 			panic(err)

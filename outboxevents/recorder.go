@@ -7,10 +7,10 @@ import (
 	"github.com/go-outbox/outbox"
 )
 
-// Recorder keeps the events an entity raised until they are saved. Embed it
-// in an aggregate and call Record; the entity knows nothing of the outbox.
-// The zero value is ready; it is not safe for concurrent use (neither is the
-// entity that embeds it).
+// Recorder keeps the events an entity raised until the transaction that
+// saves them has committed. Embed it in an aggregate and call Record; the
+// entity knows nothing of the outbox. The zero value is ready; it is not safe
+// for concurrent use (neither is the entity that embeds it).
 type Recorder struct {
 	events []any
 }
@@ -18,17 +18,19 @@ type Recorder struct {
 // Record adds an event, a value of a registered type.
 func (r *Recorder) Record(event any) { r.events = append(r.events, event) }
 
-// TakeEvents returns the recorded events, oldest first, and forgets them.
-func (r *Recorder) TakeEvents() []any {
-	events := r.events
-	r.events = nil
-	return events
-}
+// RecordedEvents returns the events recorded and not yet cleared, oldest
+// first.
+func (r *Recorder) RecordedEvents() []any { return r.events }
+
+// ClearEvents forgets the recorded events: Transact calls it once they are
+// committed.
+func (r *Recorder) ClearEvents() { r.events = nil }
 
 // Source is an aggregate whose raised events Save writes: anything that
 // embeds a Recorder.
 type Source interface {
-	TakeEvents() []any
+	RecordedEvents() []any
+	ClearEvents()
 }
 
 // Keyed is an aggregate that gives its events a message key, such as its
@@ -38,10 +40,31 @@ type Keyed interface {
 	EventKey() string
 }
 
-// Save writes the events taken from every source, in order, through w in
-// tx: one Write, one round trip. Nothing is published unless tx commits. The
-// events are taken from the sources even if Save fails; a failed
-// transaction is normally retried from the start, which raises them again.
+// Transact runs fn in a new transaction through w, then writes the events
+// recorded by every source in the same transaction (see Save), commits, and
+// only then clears the sources' events. When fn, the write or the commit
+// fails, the events stay recorded: running Transact again with the same
+// aggregates writes them again, so a retried transaction loses none.
+func Transact[TTx any](ctx context.Context, w *outbox.Writer[TTx], r *Registry, fn func(tx TTx) error, sources ...Source) error {
+	err := w.Transact(ctx, func(tx TTx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return Save(ctx, w, tx, r, sources...)
+	})
+	if err != nil {
+		return err
+	}
+	Clear(sources...)
+	return nil
+}
+
+// Save writes the events recorded by every source, in order, through w in
+// tx: one Write, one round trip. Nothing is published unless tx commits.
+// Save leaves the events recorded, so that a transaction that fails and is
+// run again writes them again; call Clear once tx has committed (Transact
+// does both). Saving a source twice before clearing it writes its events
+// twice.
 func Save[TTx any](ctx context.Context, w *outbox.Writer[TTx], tx TTx, r *Registry, sources ...Source) error {
 	var msgs []*outbox.Message
 	for _, src := range sources {
@@ -49,7 +72,7 @@ func Save[TTx any](ctx context.Context, w *outbox.Writer[TTx], tx TTx, r *Regist
 		if k, ok := src.(Keyed); ok {
 			key = k.EventKey()
 		}
-		for _, event := range src.TakeEvents() {
+		for _, event := range src.RecordedEvents() {
 			m, err := r.Message(event, key)
 			if err != nil {
 				return fmt.Errorf("outboxevents: save: %w", err)
@@ -58,4 +81,13 @@ func Save[TTx any](ctx context.Context, w *outbox.Writer[TTx], tx TTx, r *Regist
 		}
 	}
 	return w.Write(ctx, tx, msgs...)
+}
+
+// Clear forgets the events of every source. Call it after the transaction
+// that saved them has committed, never before: the events of a transaction
+// that is rolled back must stay recorded for its retry.
+func Clear(sources ...Source) {
+	for _, src := range sources {
+		src.ClearEvents()
+	}
 }

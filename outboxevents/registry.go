@@ -40,6 +40,10 @@ var (
 	// ErrUndecodable means the body or a header of the message cannot be
 	// turned into its registered type.
 	ErrUndecodable = errors.New("outboxevents: undecodable event")
+	// ErrNewerVersion means the message was written at a schema version
+	// above the registered type's: this process is older than the writer,
+	// as during a rolling deploy, and an upgraded one can decode it.
+	ErrNewerVersion = errors.New("outboxevents: event version newer than registered")
 )
 
 // Options configures a Registry. The zero value uses JSON and the source
@@ -253,8 +257,8 @@ func (r *Registry) Message(event any, key string) (*outbox.Message, error) {
 // Decode returns the event a message carries, as a value of its registered
 // type, and the type's current name. The type comes from ce-type (or the
 // topic, for messages without it), through aliases; a body written at an
-// older version is upcast first. Errors wrap ErrUnknownType or
-// ErrUndecodable and name the type and the registered ones.
+// older version is upcast first. Errors wrap ErrUnknownType,
+// ErrUndecodable or ErrNewerVersion and name the type and the registered ones.
 func (r *Registry) Decode(m outbox.Message) (event any, name string, err error) {
 	typeName := m.Headers[HeaderType]
 	if typeName == "" {
@@ -274,7 +278,7 @@ func (r *Registry) Decode(m outbox.Message) (event any, name string, err error) 
 		}
 	}
 	if version > t.version {
-		return nil, "", fmt.Errorf("%w: message %s of type %q is at version %d, newer than the registered %d; upgrade this consumer", ErrUndecodable, m.ID, typeName, version, t.version)
+		return nil, "", fmt.Errorf("%w: message %s of type %q is at version %d, newer than the registered %d; upgrade this consumer", ErrNewerVersion, m.ID, typeName, version, t.version)
 	}
 	for ; version < t.version; version++ {
 		up := t.upcasts[version]

@@ -152,8 +152,8 @@ func TestAliasAndUpcastBringAnOldMessageToTheCurrentType(t *testing.T) {
 	// A message newer than the registered version asks for an upgrade.
 	newer := *fresh
 	newer.Headers = map[string]string{"ce-type": "orders.placed", "ce-schemaversion": "3"}
-	if _, _, err := current.Decode(newer); !errors.Is(err, outboxevents.ErrUndecodable) || !strings.Contains(err.Error(), "upgrade") {
-		t.Fatalf("Decode of a newer version: %v; want ErrUndecodable saying to upgrade", err)
+	if _, _, err := current.Decode(newer); !errors.Is(err, outboxevents.ErrNewerVersion) || !strings.Contains(err.Error(), "upgrade") {
+		t.Fatalf("Decode of a newer version: %v; want ErrNewerVersion saying to upgrade", err)
 	}
 }
 
@@ -170,5 +170,29 @@ func TestPointerTypesDecodeToANewPointer(t *testing.T) {
 	got, _, err := r.Decode(*m)
 	if p, ok := got.(*Refunded); err != nil || !ok || p.OrderID != "o-4" {
 		t.Fatalf("Decode = %#v, %v; want &Refunded{o-4}", got, err)
+	}
+}
+
+// An event written by a newer release is retried, not dead-lettered: a
+// process upgraded later in the deploy decodes it.
+func TestDispatcherRetriesAnEventOfANewerVersion(t *testing.T) {
+	reg := outboxevents.NewRegistry(outboxevents.Options{})
+	outboxevents.MustRegister[OrderPlaced](reg, "orders.placed")
+	d, err := outboxevents.NewDispatcher(reg, newMapInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := reg.Message(OrderPlaced{OrderID: "o-1"}, "o-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Headers[outboxevents.HeaderSchemaVersion] = "2"
+	err = d.Publish(t.Context(), []outbox.Message{*m})[0]
+	if !errors.Is(err, outboxevents.ErrNewerVersion) || outbox.IsPermanent(err) {
+		t.Fatalf("newer version: %v (permanent %v); want a retryable ErrNewerVersion", err, outbox.IsPermanent(err))
+	}
+	m.Headers[outboxevents.HeaderType] = "orders.cancelled"
+	if err := d.Publish(t.Context(), []outbox.Message{*m})[0]; !outbox.IsPermanent(err) {
+		t.Fatalf("unknown type: %v; want a permanent error", err)
 	}
 }

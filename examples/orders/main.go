@@ -183,18 +183,22 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 // save stores the orders and the events they raised in one transaction.
 func (a *app) save(ctx context.Context, orders ...*Order) error {
-	return a.writer.Transact(ctx, func(tx *sql.Tx) error {
-		sources := make([]outboxevents.Source, len(orders))
-		for i, o := range orders {
+	sources := make([]outboxevents.Source, len(orders))
+	for i, o := range orders {
+		sources[i] = o
+	}
+	// Transact writes the orders' events after the rows, in the same
+	// transaction, and clears them from the orders only once it committed.
+	return outboxevents.Transact(ctx, a.writer, a.events, func(tx *sql.Tx) error {
+		for _, o := range orders {
 			_, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET paid = excluded.paid`,
 				o.ID, o.Customer, o.TotalCents, o.Paid)
 			if err != nil {
 				return err
 			}
-			sources[i] = o
 		}
-		return outboxevents.Save(ctx, a.writer, tx, a.events, sources...)
-	})
+		return nil
+	}, sources...)
 }
 
 // handlers registers the read model and the e-mail handlers. Each applies

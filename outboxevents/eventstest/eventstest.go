@@ -63,6 +63,7 @@ func Run[TTx any](t *testing.T, newHarness func(t *testing.T) Harness[TTx]) {
 		run  func(t *testing.T, h Harness[TTx])
 	}{
 		{"RolledBackEventsReachNoHandlerCommittedOnesReachEveryHandler", testRollback[TTx]},
+		{"EventsOfAFailedTransactionStayRecordedForItsRetry", testRetriedTransaction[TTx]},
 		{"ThreeHandlersTheSecondFailingTwiceEachApplyOnce", testFailingHandler[TTx]},
 		{"UnknownTypeAndUndecodableBodyAreDeadAtOnce", testUndecodable[TTx]},
 		{"OldNameAndShapeReachTheNewHandlerThroughAliasAndUpcast", testEvolution[TTx]},
@@ -121,15 +122,12 @@ func save[TTx any](t *testing.T, h Harness[TTx], r *outboxevents.Registry, commi
 		o.Record(e)
 	}
 	errRollback := errors.New("roll back on purpose")
-	err := h.Writer.Transact(t.Context(), func(tx TTx) error {
-		if err := outboxevents.Save(t.Context(), h.Writer, tx, r, o); err != nil {
-			return err
-		}
+	err := outboxevents.Transact(t.Context(), h.Writer, r, func(TTx) error {
 		if !commit {
 			return errRollback
 		}
 		return nil
-	})
+	}, o)
 	if commit && err != nil || !commit && !errors.Is(err, errRollback) {
 		t.Fatalf("save events of order %s (commit %v): %v", id, commit, err)
 	}
@@ -174,6 +172,38 @@ func testRollback[TTx any](t *testing.T, h Harness[TTx]) {
 		"read-model/o-1": 1, "welcome-mail/o-1": 1, "ledger/o-1": 1,
 		"read-model/o-rolled-back": 0, "welcome-mail/o-rolled-back": 0, "ledger/o-rolled-back": 0,
 	})
+}
+
+// testRetriedTransaction saves an order's events in a transaction that then
+// fails, as one refused by a serialization conflict would, and runs it
+// again with the same aggregate: the events must be written by the retry.
+func testRetriedTransaction[TTx any](t *testing.T, h Harness[TTx]) {
+	r := registry(t)
+	d := dispatcher(t, h, r)
+	handle(t, d, h, "read-model", placedID, nil)
+	o := &order{id: "o-retried"}
+	o.Record(OrderPlaced{OrderID: "o-retried"})
+	errConflict := errors.New("could not serialize access (injected)")
+	err := h.Writer.Transact(t.Context(), func(tx TTx) error {
+		if err := outboxevents.Save(t.Context(), h.Writer, tx, r, o); err != nil {
+			return err
+		}
+		return errConflict
+	})
+	if !errors.Is(err, errConflict) {
+		t.Fatalf("first try: %v, want the injected conflict", err)
+	}
+	if n := len(o.RecordedEvents()); n != 1 {
+		t.Fatalf("after the failed transaction the order holds %d events, want its 1 event kept for the retry", n)
+	}
+	if err := outboxevents.Transact(t.Context(), h.Writer, r, func(TTx) error { return nil }, o); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(o.RecordedEvents()); n != 0 {
+		t.Errorf("after the commit the order still holds %d events, want them cleared", n)
+	}
+	relaytest.StartRelay(t, h.Store, d, outbox.Config{PollInterval: 50 * time.Millisecond})
+	requireEffects(t, h, map[string]int{"read-model/o-retried": 1})
 }
 
 func testFailingHandler[TTx any](t *testing.T, h Harness[TTx]) {
