@@ -23,6 +23,8 @@ var (
 	// migration than this release needs: run `outbox migrate up` (or the
 	// store's Migrator). Relay.Run returns an error wrapping it.
 	ErrNotMigrated = outboxdriver.ErrNotMigrated
+	// ErrRefused: see outboxdriver.ErrRefused.
+	ErrRefused = outboxdriver.ErrRefused
 	// ErrClosed is returned by a relay that was shut down, and matched (with
 	// errors.Is) by every publisher's error for a message published after
 	// its Close: see ClosedError.

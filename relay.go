@@ -166,7 +166,7 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 // checkSchema makes sure the table is ready before the relay starts, if the
 // store can tell: a missing or outdated table is an error Run returns, with
 // the fix, instead of a failed claim logged every poll for as long as the
-// relay runs. While the store cannot tell (the database is down, say), it
+// relay runs; so is a database that refuses the store's role. While the store cannot tell (the database is down, say), it
 // asks again with a backoff until the relay stops, which is no error.
 func (r *Relay) checkSchema(ctx context.Context) error {
 	checker, ok := r.store.(outboxdriver.SchemaChecker)
@@ -181,8 +181,8 @@ func (r *Relay) checkSchema(ctx context.Context) error {
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, ErrNotMigrated):
-			r.log.Error("outbox relay: the outbox table is not ready; not starting", slog.Any("error", err))
+		case errors.Is(err, ErrNotMigrated), errors.Is(err, ErrRefused):
+			r.log.Error("outbox relay: the outbox table is not usable; not starting", slog.Any("error", err))
 			return fmt.Errorf("outbox: relay not started: %w", err)
 		}
 		if ctx.Err() == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -12,16 +13,23 @@ import (
 
 var _ outboxdriver.SchemaChecker = (*Store)(nil)
 
+// requiredMigration is the newest migration that changes what the store
+// reads and writes. Later ones only tune (migration 4 sets autovacuum), so a
+// table without them works, and a relay on it starts.
+const requiredMigration = 3
+
 // schemaColumns are the columns the newest migration leaves in the table and
 // the store uses: a table that lacks one is at an older migration.
 const schemaColumns = messageColumns + `, lease_token, locked_until, seq`
 
 // CheckSchema reports whether the table is ready for this release: it exists
 // with every column the store uses, and its migrations table, if the table
-// was migrated by a Migrator, records the latest version. Tables created by
-// another tool from Migrator.SQL have no migrations table; their columns
-// decide. A missing or outdated table is an error wrapping
-// outboxdriver.ErrNotMigrated that names the fix.
+// was migrated by a Migrator, records the migrations the store needs (up to
+// 3; `outbox status` tells of later, tuning ones). Tables created by another
+// tool from Migrator.SQL have no migrations table; their columns decide. A
+// missing or outdated table is an error wrapping outboxdriver.ErrNotMigrated
+// that names the fix; a role the database refuses (wrong password, no such
+// database, no privilege on the table) one wrapping outboxdriver.ErrRefused.
 func (s *Store) CheckSchema(ctx context.Context) error {
 	notMigrated := func(what string) error {
 		return fmt.Errorf("%w: outboxpg: %s; run `outbox migrate up` (or outboxpg.Migrator.Up) with the same schema and table", outboxdriver.ErrNotMigrated, what)
@@ -33,6 +41,8 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		return notMigrated(fmt.Sprintf("table %s does not exist", s.Name()))
 	case errors.As(err, &pgErr) && pgErr.Code == "42703": // undefined_column
 		return notMigrated(fmt.Sprintf("table %s is at an older migration than this release needs (%s)", s.Name(), pgErr.Message))
+	case refused(err):
+		return fmt.Errorf("%w: outboxpg: table %s: %w; check the connection URL's user, password and database, and the role's grants (GRANT SELECT, INSERT, UPDATE, DELETE ON the table)", outboxdriver.ErrRefused, s.Name(), err)
 	case err != nil:
 		return fmt.Errorf("outboxpg: check table %s: %w", s.Name(), err)
 	}
@@ -54,8 +64,21 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outboxpg: check migrations of %s: %w", s.Name(), err)
 	}
-	if latest < len(embedded) {
-		return notMigrated(fmt.Sprintf("table %s is at migration %d; this release needs %d", s.Name(), latest, len(embedded)))
+	if latest < requiredMigration {
+		return notMigrated(fmt.Sprintf("table %s is at migration %d; this release needs %d", s.Name(), latest, requiredMigration))
 	}
 	return nil
+}
+
+// refused reports whether the database refused the role for good:
+// SQLSTATE class 28 (invalid authorization: wrong password, unknown role),
+// 3D000 (no such database) and 42501 (insufficient privilege). Other errors
+// (the server down or restarting, a timeout) may pass, so the relay asks
+// again.
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000" || pgErr.Code == "42501"
 }

@@ -1,12 +1,19 @@
 package outboxpg_test
 
 import (
-	"fmt"
+	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/relaytest"
 )
@@ -38,11 +45,86 @@ func TestRelayRefusesToStartOnAMissingOrOutdatedTable(t *testing.T) {
 	if err := s.CheckSchema(t.Context()); err != nil {
 		t.Fatalf("CheckSchema after migrate up: %v", err)
 	}
-	// The last migration adds no column: the migrations table tells.
-	if _, err := m.Down(t.Context(), 1); err != nil {
+	// Migration 4 only tunes autovacuum: a table without it still works,
+	// so the relay starts.
+	if _, err := m.To(t.Context(), 3); err != nil {
 		t.Fatal(err)
 	}
-	relaytest.RequireRunRefuses(t, s, s.Name(), fmt.Sprintf("at migration %d; this release needs %d", m.Latest()-1, m.Latest()))
+	if err := s.CheckSchema(t.Context()); err != nil {
+		t.Fatalf("CheckSchema at migration 3 (all the store uses): %v", err)
+	}
+}
+
+// A role the database refuses for good (here: no privilege on the table)
+// stops the relay with the fix, instead of a retry forever.
+func TestRelayRefusesToStartWhenTheDatabaseRefusesItsRole(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	schema := pgtest.Schema(t)
+	opts := outboxpg.Options{Schema: schema}
+	m, err := outboxpg.NewMigrator(pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	role := "outbox_norights_" + strings.ReplaceAll(schema, "-", "_")
+	for _, q := range []string{
+		`CREATE ROLE ` + role,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
+	} {
+		if _, err := pool.Exec(t.Context(), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	s, err := outboxpg.New(poolAs(t, role), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.CheckSchema(t.Context())
+	if !errors.Is(err, outboxdriver.ErrRefused) || !strings.Contains(err.Error(), "GRANT") {
+		t.Fatalf("CheckSchema without privileges: %v; want ErrRefused naming the grant", err)
+	}
+	relay, err := outbox.NewRelay(s, relaytest.NewRecorder(), outbox.Config{Logger: relaytest.TestLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := relay.Run(ctx); !errors.Is(err, outbox.ErrRefused) || ctx.Err() != nil {
+		t.Fatalf("Run without privileges = %v (context: %v); want it to stop at once with outbox.ErrRefused", err, ctx.Err())
+	}
+
+	// Least privilege: granted the outbox table and not its migrations
+	// table, the role passes on the table's columns.
+	if _, err := pool.Exec(t.Context(), `GRANT SELECT, INSERT, UPDATE, DELETE ON `+schema+`.outbox TO `+role); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckSchema(t.Context()); err != nil {
+		t.Fatalf("CheckSchema granted the outbox table only: %v", err)
+	}
+}
+
+// poolAs returns a pool whose sessions act as role (the test's user must be
+// allowed to SET ROLE to it, as a superuser is).
+func poolAs(t *testing.T, role string) *pgxpool.Pool {
+	t.Helper()
+	cfg := pgtest.Config(t)
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SET ROLE `+role)
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // A table created from the dumped SQL by another migration tool has no
