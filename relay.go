@@ -143,7 +143,9 @@ func (r *Relay) Run(ctx context.Context) error {
 // Shutdown returns ctx's error at once, even while the database does not
 // answer; Run goes on releasing the unfinished messages and recording the
 // outcomes already known, for at most the rest of their lease, and returns
-// then. Calling Shutdown before Run, or twice, is safe.
+// then: wait for Run to return before the process exits (or closes the
+// store), or those outcomes are lost and the messages go out again after
+// their lease. Calling Shutdown before Run, or twice, is safe.
 func (r *Relay) Shutdown(ctx context.Context) error {
 	r.beginStop()
 	r.mu.Lock()
@@ -166,8 +168,9 @@ func (r *Relay) Shutdown(ctx context.Context) error {
 // checkSchema makes sure the table is ready before the relay starts, if the
 // store can tell: a missing or outdated table is an error Run returns, with
 // the fix, instead of a failed claim logged every poll for as long as the
-// relay runs; so is a database that refuses the store's role. While the store cannot tell (the database is down, say), it
-// asks again with a backoff until the relay stops, which is no error.
+// relay runs; so is a database that refuses the store's role. While the
+// store cannot tell (the database is down, say), it asks again with a
+// backoff until the relay stops, which is no error.
 func (r *Relay) checkSchema(ctx context.Context) error {
 	checker, ok := r.store.(outboxdriver.SchemaChecker)
 	if !ok {
