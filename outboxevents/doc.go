@@ -60,8 +60,10 @@
 // writers (dead letters can be retried with `outbox dead retry`). An event
 // written at a newer Version than this process knows is retried instead,
 // with the relay's backoff, until an upgraded process takes it. Handlers of a
-// batch run one message after the other, so events of one key are applied
-// in order.
+// batch run one message after the other; the events of one key are applied
+// in the order they were written when the store orders by key (OrderByKey
+// in outboxpg.Options and outboxsqlite.Options), since otherwise a retried
+// event may be overtaken by a later one.
 //
 // # Brokers
 //
