@@ -4,8 +4,10 @@
 //
 //	obs, _ := outboxotel.NewObserver(outboxotel.Config{}) // the global providers
 //	relay, _ := outbox.NewRelay(store, pub, outbox.Config{Observer: obs})
-//	obs.WatchTable(store)                                // pending, oldest age, dead
+//	obs.WatchTable(store, store.Name()) // pending, oldest age, dead
+//	obs.WatchRelay(relay, store.Name()) // relay ready
 //	writer, _ := outbox.NewWriter(store, outbox.WriterConfig{BeforeWrite: outboxotel.InjectTraceContext})
+//	inbox.Observe(obs)                  // a consumer's applied and duplicate counts
 //
 // It uses only the OpenTelemetry API: pick the SDK and exporters in your
 // application (`outbox relay --metrics-addr` serves Prometheus).
@@ -32,7 +34,9 @@
 //
 // The gauges read the table's Stats at most once per Config.StatsCacheFor
 // (5 s by default) whatever the scrape rate, so scrapes never load the
-// database.
+// database; one read at a time, given Config.StatsTimeout (3 s by default),
+// so a slow or hanging database neither piles up queries nor stalls
+// scrapes: they show the last values read meanwhile.
 //
 // # Traces
 //
@@ -67,8 +71,13 @@ import (
 // scope is the instrumentation scope of the meter and the tracer.
 const scope = "github.com/go-outbox/outbox/outboxotel"
 
-// StatsCacheForDefault is Config.StatsCacheFor when zero.
-const StatsCacheForDefault = 5 * time.Second
+const (
+	// StatsCacheForDefault is Config.StatsCacheFor when zero.
+	StatsCacheForDefault = 5 * time.Second
+	// StatsTimeoutDefault is Config.StatsTimeout when zero: under the
+	// usual scrape timeout of Prometheus (10 s) and OTLP exports (30 s).
+	StatsTimeoutDefault = 3 * time.Second
+)
 
 // Config configures an Observer. The zero value uses the global providers
 // (otel.GetMeterProvider, otel.GetTracerProvider) and W3C trace context.
@@ -82,6 +91,10 @@ type Config struct {
 	// StatsCacheFor is how long WatchTable's gauges reuse one read of the
 	// table. Default StatsCacheForDefault.
 	StatsCacheFor time.Duration
+	// StatsTimeout bounds one read of the table for WatchTable's gauges,
+	// and how long a collection waits for it; past it the gauges show the
+	// last values read. Default StatsTimeoutDefault.
+	StatsTimeout time.Duration
 }
 
 // Observer is an outbox.Observer that records metrics and spans.
@@ -132,6 +145,9 @@ func NewObserver(cfg Config) (*Observer, error) {
 	}
 	if cfg.StatsCacheFor <= 0 {
 		cfg.StatsCacheFor = StatsCacheForDefault
+	}
+	if cfg.StatsTimeout <= 0 {
+		cfg.StatsTimeout = StatsTimeoutDefault
 	}
 	o := &Observer{cfg: cfg, meter: cfg.MeterProvider.Meter(scope), tracer: cfg.TracerProvider.Tracer(scope)}
 	var errs []error
@@ -269,7 +285,10 @@ func (o *Observer) Handled(ctx context.Context, consumer string, applied bool, e
 
 // WatchTable registers the gauges of one table: pending messages, the age of
 // the oldest pending one, dead messages. They read store's Stats at most once
-// per Config.StatsCacheFor. Unregister the returned registration to stop.
+// per Config.StatsCacheFor, one read at a time, bounded by
+// Config.StatsTimeout; when a read fails or is late they show the last values
+// read (none before the first) and report the error to otel.Handle.
+// Unregister the returned registration to stop.
 func (o *Observer) WatchTable(store outboxdriver.Admin, table string) (metric.Registration, error) {
 	pending, err1 := o.meter.Int64ObservableGauge("outbox.pending.messages", metric.WithDescription("Messages waiting to be published, in flight included."), metric.WithUnit("{message}"))
 	oldest, err2 := o.meter.Float64ObservableGauge("outbox.oldest_pending.age", metric.WithDescription("Age of the oldest pending message: the relay's lag."), metric.WithUnit("s"))
@@ -277,12 +296,17 @@ func (o *Observer) WatchTable(store outboxdriver.Admin, table string) (metric.Re
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, fmt.Errorf("outboxotel: create gauges: %w", err)
 	}
-	stats := &cachedStats{store: store, ttl: o.cfg.StatsCacheFor}
+	stats := &cachedStats{store: store, ttl: o.cfg.StatsCacheFor, timeout: o.cfg.StatsTimeout}
 	attrs := metric.WithAttributes(attribute.String("table", table))
 	return o.meter.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
-		st, err := stats.get(ctx)
+		st, ok, err := stats.get(ctx)
 		if err != nil {
-			return err
+			// Not returned: a periodic reader drops the whole export, the
+			// relay's counters too, when a callback fails.
+			otel.Handle(fmt.Errorf("outboxotel: table %s: %w", table, err))
+		}
+		if !ok {
+			return nil
 		}
 		obs.ObserveInt64(pending, st.Pending, attrs)
 		obs.ObserveFloat64(oldest, st.OldestPending.Seconds(), attrs)
@@ -291,28 +315,75 @@ func (o *Observer) WatchTable(store outboxdriver.Admin, table string) (metric.Re
 	}, pending, oldest, dead)
 }
 
-// cachedStats reads a table's Stats at most once per ttl.
+// cachedStats reads a table's Stats at most once per ttl and one read at a
+// time: collections share the read in flight and wait for it until its
+// deadline at most, so that a slow or hanging database (or a driver that
+// ignores the deadline) holds one query, not one per scrape, and scrapes
+// return in time with the last values.
 type cachedStats struct {
-	store outboxdriver.Admin
-	ttl   time.Duration
+	store   outboxdriver.Admin
+	ttl     time.Duration
+	timeout time.Duration
 
-	mu   sync.Mutex
-	at   time.Time
-	last outboxdriver.Stats
+	mu       sync.Mutex
+	at       time.Time // of the last successful read; zero before the first
+	deadline time.Time // of the read in flight
+	err      error     // of the last read that ended; nil if it succeeded
+	last     outboxdriver.Stats
+	reading  chan struct{} // closed when the read in flight ends; nil if none
 }
 
-func (c *cachedStats) get(ctx context.Context) (outboxdriver.Stats, error) {
+// get returns the last values read, whether there are any, and why they
+// may be stale: the error of the last read, or that the one in flight is
+// late.
+func (c *cachedStats) get(ctx context.Context) (st outboxdriver.Stats, ok bool, err error) {
+	c.mu.Lock()
+	if !c.at.IsZero() && time.Since(c.at) < c.ttl {
+		defer c.mu.Unlock()
+		return c.last, true, nil
+	}
+	if c.reading == nil {
+		c.reading, c.deadline = make(chan struct{}), time.Now().Add(c.timeout)
+		go c.read(c.reading, c.deadline)
+	}
+	reading, deadline := c.reading, c.deadline
+	c.mu.Unlock()
+
+	late := time.NewTimer(time.Until(deadline))
+	defer late.Stop()
+	select {
+	case <-reading:
+	case <-late.C:
+	case <-ctx.Done():
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.at.IsZero() && time.Since(c.at) < c.ttl {
-		return c.last, nil
+	select {
+	case <-reading:
+		err = c.err
+	default:
+		if err = ctx.Err(); err == nil {
+			err = fmt.Errorf("outboxotel: reading the table's stats takes over %s (StatsTimeout)", c.timeout)
+		}
 	}
+	return c.last, !c.at.IsZero(), err
+}
+
+// read reads Stats for get, under its own deadline rather than one scrape's
+// context, since every scrape waiting meanwhile shares the result.
+func (c *cachedStats) read(done chan struct{}, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	st, err := c.store.Stats(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err != nil {
-		return outboxdriver.Stats{}, fmt.Errorf("outboxotel: read the table's stats: %w", err)
+		c.err = fmt.Errorf("outboxotel: read the table's stats: %w", err)
+	} else {
+		c.at, c.last, c.err = time.Now(), st, nil
 	}
-	c.at, c.last = time.Now(), st
-	return st, nil
+	c.reading = nil
+	close(done)
 }
 
 // w3c is the propagator of message headers: W3C trace context and baggage,

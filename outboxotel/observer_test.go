@@ -2,7 +2,9 @@ package outboxotel_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,6 +52,11 @@ func (s sdk) collect(t *testing.T) map[string]map[attribute.Set]float64 {
 	if err := s.reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
 	}
+	return points(rm)
+}
+
+// points returns every data point's value by metric name and attributes.
+func points(rm metricdata.ResourceMetrics) map[string]map[attribute.Set]float64 {
 	out := map[string]map[attribute.Set]float64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -183,4 +190,91 @@ func TestTableGaugesReadTheTableAtABoundedRate(t *testing.T) {
 	if n := store.calls.Load(); n != 1 {
 		t.Fatalf("5 collections read the table %d times, want once (cached)", n)
 	}
+}
+
+// blockingStats is an outboxdriver.Admin whose Stats answers once, then hangs
+// until released, deaf to its context like a stuck connection.
+type blockingStats struct {
+	outboxdriver.Admin
+	calls   atomic.Int32
+	release chan struct{}
+}
+
+func (b *blockingStats) Stats(context.Context) (outboxdriver.Stats, error) {
+	if b.calls.Add(1) > 1 {
+		<-b.release
+	}
+	return outboxdriver.Stats{Pending: 7, Dead: 2, OldestPending: 1500 * time.Millisecond}, nil
+}
+
+// When the database hangs, concurrent collections share one read of the
+// table instead of piling up queries, return once the read's timeout has
+// passed, and show the last values read.
+func TestTableGaugesShareOneBoundedReadOfAHangingTable(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	reader := sdkmetric.NewManualReader()
+	obs, err := outboxotel.NewObserver(outboxotel.Config{
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+		StatsCacheFor: time.Nanosecond, // every collection after the first reads again
+		StatsTimeout:  timeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &blockingStats{release: make(chan struct{})}
+	t.Cleanup(func() { close(store.release) })
+	if _, err := obs.WatchTable(store, "public.outbox"); err != nil {
+		t.Fatal(err)
+	}
+	s := sdk{reader: reader}
+	s.collect(t) // the read that answers
+
+	const scrapes = 8
+	start := time.Now()
+	results := make(chan map[string]map[attribute.Set]float64, scrapes)
+	var wg sync.WaitGroup
+	for range scrapes {
+		wg.Go(func() {
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Errorf("collect while the table hangs: %v; want the last values, no error", err)
+			}
+			results <- points(rm)
+		})
+	}
+	returned := make(chan struct{})
+	go func() { wg.Wait(); close(results); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(10 * timeout):
+		t.Fatalf("%d concurrent collections still running after %s with a StatsTimeout of %s", scrapes, 10*timeout, timeout)
+	}
+	if took := time.Since(start); took < timeout {
+		t.Errorf("collections returned after %s, before the read's timeout of %s: they did not wait for it", took, timeout)
+	}
+	table := attrs("table", "public.outbox")
+	for got := range results {
+		if got["outbox.pending.messages"][table] != 7 || got["outbox.dead.messages"][table] != 2 || got["outbox.oldest_pending.age"][table] != 1.5 {
+			t.Fatalf("gauges while the table hangs: %v; want the last values read (7 pending, 2 dead, 1.5 s)", got)
+		}
+	}
+	s.collect(t) // the read still hangs: no new one
+	if n := store.calls.Load(); n != 2 {
+		t.Fatalf("%d concurrent collections and one more while the table hangs called Stats %d times, want 2 (the first answer, then one shared read)", scrapes, n)
+	}
+}
+
+// The calls of the package documentation, compiled so that they keep up with
+// the API (WatchTable once lost its table argument there).
+var _ = func(store interface {
+	outboxdriver.Store
+	outboxdriver.Admin
+	outbox.Inserter[*sql.Tx]
+}, pub outbox.Publisher, inbox *outbox.Inbox[*sql.Tx]) {
+	obs, _ := outboxotel.NewObserver(outboxotel.Config{}) // the global providers
+	relay, _ := outbox.NewRelay(store, pub, outbox.Config{Observer: obs})
+	_, _ = obs.WatchTable(store, store.Name()) // pending, oldest age, dead
+	_, _ = obs.WatchRelay(relay, store.Name()) // relay ready
+	_, _ = outbox.NewWriter(store, outbox.WriterConfig{BeforeWrite: outboxotel.InjectTraceContext})
+	inbox.Observe(obs) // a consumer's applied and duplicate counts
 }

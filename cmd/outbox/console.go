@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	_ "embed"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -46,7 +48,10 @@ const (
 )
 
 func newConsoleCommand(g *globalFlags) *cobra.Command {
-	var addr string
+	var (
+		addr       string
+		allowHosts []string
+	)
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Serve a web page to watch the table and handle dead letters",
@@ -55,8 +60,12 @@ oldest pending age) and its dead letters, which it filters by topic and error te
 by one (headers, payload as JSON or hex) and retries or discards, one or every match of a filter.
 
 It has no login: it listens on 127.0.0.1 by default; to reach it from elsewhere, put it behind
-your authenticating proxy. Every change is a POST carrying a token of the page, so another site
-cannot make a browser retry or discard messages.`,
+your authenticating proxy. It answers only requests addressed to an IP address, localhost, the
+host of --addr or a name given with --allow-host (say, the name your proxy forwards), so that a
+site whose name its owner points at 127.0.0.1 (DNS rebinding) cannot read it. Every change is a
+POST carrying a token of the page and sent from the console's own page (Origin, Sec-Fetch-Site),
+so another site cannot make a browser retry or discard messages. "Every match" acts only on the
+matches the page counted, not on messages that died since.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := g.openReady(cmd.Context(), storeMode{})
@@ -68,7 +77,10 @@ cannot make a browser retry or discard messages.`,
 			if err != nil {
 				return fmt.Errorf("--addr %s: %w (pick a free port)", addr, err)
 			}
-			c, err := newConsole(b.admin, b.store.Name(), g.logger)
+			if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+				allowHosts = append(allowHosts, host)
+			}
+			c, err := newConsole(b.admin, b.store.Name(), g.logger, allowHosts)
 			if err != nil {
 				ln.Close()
 				return err
@@ -88,6 +100,7 @@ cannot make a browser retry or discard messages.`,
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve the console on")
+	cmd.Flags().StringArrayVar(&allowHosts, "allow-host", nil, "also answer requests addressed to this host name (repeatable), e.g. the name of your proxy; IP addresses and localhost always work")
 	return cmd
 }
 
@@ -96,15 +109,22 @@ type console struct {
 	admin outboxdriver.Admin
 	table string
 	log   *slog.Logger
-	csrf  string // the token every form carries, new for each process
+	csrf  string          // the token every form carries, new for each process
+	hosts map[string]bool // host names it answers besides localhost and IP addresses
 }
 
-func newConsole(admin outboxdriver.Admin, table string, log *slog.Logger) (*console, error) {
+// newConsole returns the console of a table; it answers requests addressed
+// to IP addresses, localhost and the names in hosts.
+func newConsole(admin outboxdriver.Admin, table string, log *slog.Logger, hosts []string) (*console, error) {
 	var token [32]byte
 	if _, err := rand.Read(token[:]); err != nil {
 		return nil, err
 	}
-	return &console{admin: admin, table: table, log: log, csrf: hex.EncodeToString(token[:])}, nil
+	c := &console{admin: admin, table: table, log: log, csrf: hex.EncodeToString(token[:]), hosts: map[string]bool{}}
+	for _, h := range hosts {
+		c.hosts[hostName(h)] = true
+	}
+	return c, nil
 }
 
 func (c *console) handler() http.Handler {
@@ -114,7 +134,40 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET /dead/{id}", c.message)
 	mux.HandleFunc("POST /dead/{id}/{action}", c.checked(c.actOnOne))
 	mux.HandleFunc("POST /dead/{action}", c.checked(c.actOnMatches))
-	return mux
+	// The form token stops forms posted from other sites; this stops them
+	// earlier, by what the browser says of the form's origin, in case a
+	// token ever leaks.
+	sameOrigin := http.NewCrossOriginProtection()
+	sameOrigin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "refused: this form was sent from another site's page (by its Origin or Sec-Fetch-Site header); use the console's own page", http.StatusForbidden)
+	}))
+	return c.servedHosts(sameOrigin.Handler(mux))
+}
+
+// servedHosts refuses requests addressed to a host name the console does not
+// answer to. Without it, a page of evil.example whose owner re-points the
+// name at 127.0.0.1 (DNS rebinding) would be same-origin with the console:
+// it could read every page, token included, and post the forms.
+func (c *console) servedHosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := hostName(r.Host)
+		// An IP address is safe: a browser sends one as Host only to that
+		// address, so the page is the console's own.
+		if host != "localhost" && net.ParseIP(host) == nil && !c.hosts[host] {
+			http.Error(w, fmt.Sprintf("refused: the console does not answer to the host name %q (DNS rebinding protection); open it by IP address or localhost, or start it with --allow-host %s if that name is yours", host, host), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// hostName is the host of a Host header or --addr, without port or
+// brackets, lowercase and without a trailing dot.
+func hostName(hostPort string) string {
+	if h, _, err := net.SplitHostPort(hostPort); err == nil {
+		hostPort = h
+	}
+	return strings.TrimSuffix(strings.ToLower(strings.Trim(hostPort, "[]")), ".")
 }
 
 // page is what every template gets.
@@ -123,7 +176,33 @@ type page struct {
 }
 
 func (c *console) page(r *http.Request, title string) page {
-	return page{Title: title, Table: c.table, Flash: r.URL.Query().Get("done"), CSRF: c.csrf}
+	return page{Title: title, Table: c.table, Flash: flash(r.URL.Query()), CSRF: c.csrf}
+}
+
+// consoleVerbs are the changes a form can ask for, and how a page announces
+// them.
+var consoleVerbs = map[string]string{"retry": "pending again", "discard": "discarded"}
+
+// flash is the announcement of the change a POST redirected from: done names
+// the change, n how many messages it changed, and of, for every match of a
+// filter, how many the page had shown. Only the console's own sentences come
+// out, with numbers, so that a link from elsewhere cannot put its words in
+// the console's page.
+func flash(q url.Values) string {
+	verb, ok := consoleVerbs[q.Get("done")]
+	n, err := strconv.Atoi(q.Get("n"))
+	if !ok || err != nil || n < 0 {
+		return ""
+	}
+	of, err := strconv.Atoi(q.Get("of"))
+	if err != nil || of < n {
+		return fmt.Sprintf("%d message(s) %s", n, verb)
+	}
+	s := fmt.Sprintf("%d of the %d message(s) shown %s", n, of, verb)
+	if n < of {
+		s += "; the others are no longer dead letters matching the filter"
+	}
+	return s
 }
 
 func (c *console) render(w http.ResponseWriter, name string, data any) {
@@ -208,11 +287,37 @@ func (c *console) deadList(w http.ResponseWriter, r *http.Request) {
 	rows := found[:min(len(found), consoleRows)]
 	c.render(w, "dead", struct {
 		page
-		Topic, Query     string
-		Rows             []outbox.Message
-		Matches, Scanned int
-		Truncated        bool
-	}{c.page(r, "Dead letters"), f.topic, f.query, rows, len(found), scanned, truncated})
+		Topic, Query, Seen string
+		Rows               []outbox.Message
+		Matches, Scanned   int
+		Truncated          bool
+	}{c.page(r, "Dead letters"), f.topic, f.query, seenField(found), rows, len(found), scanned, truncated})
+}
+
+// seenField lists the ids of the matches a page counted, for its "every
+// match" form to act on those only: a message that dies after the page was
+// read matches the filter too, but the user never saw it. UUIDv7 ids order
+// by creation, not by death, so the highest id seen would not tell it apart.
+// 16 bytes an id in base64: at most some 210 KB, for consoleScanLimit ids.
+func seenField(ms []outbox.Message) string {
+	b := make([]byte, 0, 16*len(ms))
+	for _, m := range ms {
+		b = append(b, m.ID[:]...)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// seenIDs decodes seenField.
+func seenIDs(s string) (map[uuid.UUID]bool, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) == 0 || len(b)%16 != 0 {
+		return nil, errors.New("the form does not say which messages the page showed: reload the dead letters page and try again")
+	}
+	ids := make(map[uuid.UUID]bool, len(b)/16)
+	for ; len(b) > 0; b = b[16:] {
+		ids[uuid.UUID(b[:16])] = true
+	}
+	return ids, nil
 }
 
 func (c *console) message(w http.ResponseWriter, r *http.Request) {
@@ -268,27 +373,37 @@ func (c *console) actOnOne(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not a message id", http.StatusBadRequest)
 		return
 	}
-	c.act(w, r, r.PathValue("action"), []uuid.UUID{id}, "/dead")
+	c.act(w, r, r.PathValue("action"), []uuid.UUID{id}, -1, "/dead")
 }
 
 func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request) {
 	action, _ := strings.CutSuffix(r.PathValue("action"), "-matching")
 	f := filterOf(r.PostForm)
+	seen, err := seenIDs(r.PostForm.Get("seen"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	// The matches now, of which only those the page showed: the filter
+	// still holds for them and they are still dead.
 	found, _, _, err := c.matches(r.Context(), f)
 	if err != nil {
 		c.fail(w, err)
 		return
 	}
-	ids := make([]uuid.UUID, len(found))
-	for i, m := range found {
-		ids[i] = m.ID
+	var ids []uuid.UUID
+	for _, m := range found {
+		if seen[m.ID] {
+			ids = append(ids, m.ID)
+		}
 	}
-	c.act(w, r, action, ids, "/dead?"+url.Values{"topic": {f.topic}, "q": {f.query}}.Encode())
+	c.act(w, r, action, ids, len(seen), "/dead?"+url.Values{"topic": {f.topic}, "q": {f.query}}.Encode())
 }
 
 // act retries or discards ids, in batches, and sends the browser back to
-// back with what it did.
-func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids []uuid.UUID, back string) {
+// back with what it did; shown is how many messages the page had shown, or
+// -1 when the user chose one.
+func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids []uuid.UUID, shown int, back string) {
 	var call func(context.Context, ...uuid.UUID) (int, error)
 	switch action {
 	case "retry":
@@ -308,11 +423,14 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids
 			return
 		}
 	}
-	verb := map[string]string{"retry": "pending again", "discard": "discarded"}[action]
-	c.log.Info("outbox console: dead letters "+verb, slog.Int("messages", done), slog.String("table", c.table))
+	c.log.Info("outbox console: dead letters "+consoleVerbs[action], slog.Int("messages", done), slog.String("table", c.table))
+	result := url.Values{"done": {action}, "n": {strconv.Itoa(done)}}
+	if shown >= 0 {
+		result.Set("of", strconv.Itoa(shown))
+	}
 	sep := "?"
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, back+sep+url.Values{"done": {fmt.Sprintf("%d message(s) %s", done, verb)}}.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, back+sep+result.Encode(), http.StatusSeeOther)
 }
