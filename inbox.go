@@ -66,13 +66,34 @@ func (in *Inbox[TTx]) Apply(fn func(ctx context.Context, tx TTx, m Message) erro
 	}
 }
 
+// recordOutgoing tells the inbox table, if it keeps them, which messages
+// the handler of id wrote to an outbox: its record then outlives them (see
+// OutgoingRecorder).
+func (in *Inbox[TTx]) recordOutgoing(ctx context.Context, tx TTx, id uuid.UUID, wrote *written) error {
+	rec, ok := in.store.(OutgoingRecorder[TTx])
+	if !ok {
+		return nil
+	}
+	wrote.mu.Lock()
+	defer wrote.mu.Unlock()
+	for table, ids := range wrote.byTable {
+		if err := rec.RecordOutgoing(ctx, tx, in.consumer, id, table, ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Handle applies the message with the given id once. In a new transaction it
 // records the id and, if this is the first record, runs fn in the same
 // transaction and commits; applied reports whether fn ran and committed.
 // For a message processed before, fn does not run and Handle returns
 // (false, nil): acknowledge the duplicate. If fn or the commit fails,
 // nothing is recorded and Handle returns the error: do not acknowledge, so
-// the broker delivers the message again.
+// the broker delivers the message again. Messages fn writes through a
+// Writer with the context it is given are noted in the record, when the
+// inbox table keeps them (OutgoingRecorder): the record is then kept until
+// they are published, and its retention counts from then.
 func (in *Inbox[TTx]) Handle(ctx context.Context, id uuid.UUID, fn func(ctx context.Context, tx TTx) error) (applied bool, err error) {
 	if in.observer != nil {
 		defer func() { in.observer.Handled(ctx, in.consumer, applied, err) }()
@@ -85,7 +106,11 @@ func (in *Inbox[TTx]) Handle(ctx context.Context, id uuid.UUID, fn func(ctx cont
 		if err != nil || !first {
 			return err
 		}
-		if err := fn(ctx, tx); err != nil {
+		fnCtx, wrote := withWritten(ctx)
+		if err := fn(fnCtx, tx); err != nil {
+			return err
+		}
+		if err := in.recordOutgoing(ctx, tx, id, wrote); err != nil {
 			return err
 		}
 		applied = true

@@ -139,6 +139,7 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 	if err := w.inserter.InsertTx(ctx, tx, msgs); err != nil {
 		return fmt.Errorf("outbox: write %d message(s) to %s: %w", len(msgs), w.inserter.Name(), err)
 	}
+	noteWritten(ctx, w.inserter.Name(), msgs)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/sqlident"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // InboxTableDefault is the inbox table used when InboxOptions.Table is empty.
@@ -26,21 +27,36 @@ type InboxOptions struct {
 	// Table is the inbox table. It must match ^[a-z_][a-z0-9_]*$ and have at
 	// most MaxTableLength bytes. Default InboxTableDefault.
 	Table string
+	// Outbox is the outbox table, "schema.table", that the handlers write
+	// their outgoing messages to, in the same database. A record is kept
+	// while any of the messages its handler wrote there is pending (see
+	// outbox.OutgoingRecorder); a handler that writes to another table is an
+	// error that names this field. Default "public.outbox".
+	Outbox string
 }
 
 // InboxTable is the table of message ids that consumers have processed, for
-// outbox.Inbox: processed_messages(consumer, message_id, processed_at), one
-// row per consumer and message. It is safe for concurrent use.
+// outbox.Inbox: processed_messages(consumer, message_id, processed_at,
+// outgoing), one row per consumer and message. processed_at is when the
+// message's effects were complete: its handling committed and, if the
+// handler wrote messages to the outbox (listed in outgoing until then),
+// they were all published. It is safe for concurrent use.
 type InboxTable struct {
 	pool    *pgxpool.Pool
 	name    string // schema.table, unquoted
 	schema  string // validated, unquoted
 	qSchema string // quoted
 
-	create  string // the table and its index
-	mark    string // $1 consumer, $2 id
-	purge   string // $1 before, $2 limit
-	lockKey int64  // taken by PurgeProcessed
+	outbox  string // the outbox table the handlers write to, unquoted
+
+	create   string // the table and its index
+	mark     string // $1 consumer, $2 id
+	outgoing string // $1 consumer, $2 id, $3 ids
+	waiting  string // whether any record waits for outgoing messages
+	stats    string // per consumer
+	settle   string // $1 limit
+	purge    string // $1 age in microseconds, $2 limit
+	lockKey  int64  // taken by PurgeProcessed
 }
 
 var _ outbox.InboxStore[pgx.Tx] = (*InboxTable)(nil)
@@ -64,7 +80,18 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	if err := sqlident.Check("outboxpg.InboxOptions.Table", table, MaxTableLength); err != nil {
 		return nil, err
 	}
+	outboxName := opts.Outbox
+	if outboxName == "" {
+		outboxName = SchemaDefault + "." + TableDefault
+	}
+	outboxSchema, outboxTable, ok := strings.Cut(outboxName, ".")
+	if !ok || sqlident.Check("outboxpg.InboxOptions.Outbox", outboxSchema, MaxSchemaLength) != nil ||
+		sqlident.Check("outboxpg.InboxOptions.Outbox", outboxTable, MaxTableLength) != nil {
+		return nil, &outbox.ConfigError{Field: "outboxpg.InboxOptions.Outbox", Value: fmt.Sprintf("%q", opts.Outbox),
+			Fix: "give the outbox table the handlers write to as schema.table, e.g. public.outbox (what Store.Name returns)"}
+	}
 	q := sqlident.Quote(schema) + "." + sqlident.Quote(table)
+	qOutbox := sqlident.Quote(outboxSchema) + "." + sqlident.Quote(outboxTable)
 	return &InboxTable{
 		pool: pool,
 		name: schema + "." + table,
@@ -76,14 +103,33 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	consumer     text        NOT NULL,
 	message_id   uuid        NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
+	outgoing     uuid[]      NULL,
 	PRIMARY KEY (consumer, message_id)
 );
-CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);`,
-		schema:  schema,
-		qSchema: sqlident.Quote(schema),
-		mark:    `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outgoing uuid[] NULL;
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;`,
+		schema:   schema,
+		qSchema:  sqlident.Quote(schema),
+		outbox:   outboxName,
+		mark:     `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		outgoing: `UPDATE ` + q + ` SET outgoing = coalesce(outgoing, '{}') || $3::uuid[] WHERE consumer = $1 AND message_id = $2`,
+		waiting:  `SELECT EXISTS (SELECT FROM ` + q + ` WHERE outgoing IS NOT NULL)`,
+		stats: `SELECT consumer, count(*), count(*) FILTER (WHERE outgoing IS NOT NULL),
+	(extract(epoch FROM now() - min(processed_at)) * 1000000)::bigint
+FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
+		// A record's effects are complete when none of its outgoing
+		// messages is left unpublished (pending, or dead: a dead letter
+		// may yet be retried); its countdown starts now.
+		settle: `UPDATE ` + q + ` SET outgoing = NULL, processed_at = now() WHERE (consumer, message_id) IN (
+	SELECT r.consumer, r.message_id FROM ` + q + ` AS r
+	WHERE r.outgoing IS NOT NULL
+		AND NOT EXISTS (SELECT FROM ` + qOutbox + ` AS o WHERE o.id = ANY (r.outgoing) AND o.status <> 'published')
+	ORDER BY r.processed_at LIMIT $1)`,
 		purge: `DELETE FROM ` + q + ` WHERE (consumer, message_id) IN (
-	SELECT consumer, message_id FROM ` + q + ` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2)`,
+	SELECT consumer, message_id FROM ` + q + `
+	WHERE outgoing IS NULL AND processed_at < now() - $1::bigint * interval '1 microsecond'
+	ORDER BY processed_at LIMIT $2)`,
 		lockKey: lockKey("outboxpg inbox purge " + schema + "." + table),
 	}, nil
 }
@@ -138,19 +184,78 @@ func (t *InboxTable) MarkProcessed(ctx context.Context, tx pgx.Tx, consumer stri
 	return tag.RowsAffected() == 1, nil
 }
 
-// PurgeProcessed deletes up to limit records processed before before, oldest
-// first, and returns how many it deleted; call it until it returns less than
-// limit. A message redelivered after its record is gone is applied again, so
-// keep records far longer than the broker redelivers
+// RecordOutgoing notes, in tx, that handling message id wrote the messages
+// ids to the outbox table named table: the record is kept until they are
+// published. It fails, naming InboxOptions.Outbox, when table is not the
+// outbox the inbox table watches, since the purge could not see them.
+func (t *InboxTable) RecordOutgoing(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID, table string, ids []uuid.UUID) error {
+	if table != t.outbox {
+		return &outbox.ConfigError{Field: "outboxpg.InboxOptions.Outbox", Value: t.outbox,
+			Fix: fmt.Sprintf("the handler of consumer %q wrote to outbox %s; set InboxOptions.Outbox to %q so that inbox records outlive their pending outgoing messages", consumer, table, table)}
+	}
+	if _, err := tx.Exec(ctx, t.outgoing, consumer, pgUUID(id), pgUUIDs(ids)); err != nil {
+		return fmt.Errorf("outboxpg: record the outgoing messages of %s in inbox %s: %w", id, t.name, err)
+	}
+	return nil
+}
+
+// PurgeProcessed first starts the countdown of records whose outgoing
+// messages have all been published, then deletes up to limit records whose
+// effects were complete more than olderThan ago (by the database's clock),
+// oldest first, and returns how many it deleted; call it until it returns
+// less than limit. A record whose outgoing messages are pending is never
+// deleted. A message redelivered after its record is gone is applied again,
+// so keep records far longer than the broker redelivers
 // (outbox.InboxRetentionDefault, 14 days). One caller at a time does the
 // work: the others return (0, nil) at once.
-func (t *InboxTable) PurgeProcessed(ctx context.Context, before time.Time, limit int) (n int, err error) {
+func (t *InboxTable) PurgeProcessed(ctx context.Context, olderThan time.Duration, limit int) (n int, err error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("outboxpg: purge inbox %s: limit %d must be positive", t.name, limit)
 	}
-	n, err = execIfLocked(ctx, t.pool, t.lockKey, t.purge, before, limit)
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outboxpg: purge inbox %s: age %v must not be negative", t.name, olderThan)
+	}
+	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		var locked, waiting bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, t.lockKey).Scan(&locked); err != nil || !locked {
+			return err
+		}
+		// The outbox table is read only when some record waits for it: a
+		// consumer that writes no outgoing messages needs no outbox.
+		if err := tx.QueryRow(ctx, t.waiting).Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting {
+			if _, err := tx.Exec(ctx, t.settle, limit); err != nil {
+				return fmt.Errorf("see which outgoing messages of outbox %s were published: %w", t.outbox, err)
+			}
+		}
+		tag, err := tx.Exec(ctx, t.purge, olderThan.Microseconds(), limit)
+		n = int(tag.RowsAffected())
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("outboxpg: purge inbox %s: %w", t.name, err)
 	}
 	return n, nil
+}
+
+// ConsumerStats counts each consumer's records (`outbox inbox status`). It
+// reads the whole table: an operator's query, not a metric to scrape often.
+func (t *InboxTable) ConsumerStats(ctx context.Context) ([]outboxdriver.InboxConsumerStats, error) {
+	rows, err := t.pool.Query(ctx, t.stats)
+	if err != nil {
+		return nil, fmt.Errorf("outboxpg: count records of inbox %s: %w", t.name, err)
+	}
+	stats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxdriver.InboxConsumerStats, error) {
+		var st outboxdriver.InboxConsumerStats
+		var ageMicros int64
+		err := row.Scan(&st.Consumer, &st.Records, &st.AwaitingOutgoing, &ageMicros)
+		st.OldestAge = time.Duration(ageMicros) * time.Microsecond
+		return st, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outboxpg: count records of inbox %s: %w", t.name, err)
+	}
+	return stats, nil
 }

@@ -19,8 +19,9 @@ func TestInboxConformance(t *testing.T) {
 	t.Parallel()
 	storetest.RunInbox(t, func(t *testing.T) storetest.InboxHarness[pgx.Tx] {
 		pool := pgtest.Pool(t)
-		schema := pgtest.Schema(t)
-		table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
+		store := newStore(t, pool, outboxpg.Options{})
+		schema, _, _ := strings.Cut(store.Name(), ".")
+		table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema, Outbox: store.Name()})
 		if err != nil {
 			t.Fatalf("new inbox table: %v", err)
 		}
@@ -35,8 +36,10 @@ func TestInboxConformance(t *testing.T) {
 			t.Fatalf("create effects table: %v", err)
 		}
 		return storetest.InboxHarness[pgx.Tx]{
-			Table: table,
-			Purge: table.PurgeProcessed,
+			Table:  table,
+			Purge:  table.PurgeProcessed,
+			Outbox: store,
+			Writer: newWriter(t, outbox.Inserter[pgx.Tx](store)),
 			Effect: func(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 				_, err := tx.Exec(ctx, `INSERT INTO `+effects+` VALUES ($1)`, id)
 				return err

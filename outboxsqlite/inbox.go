@@ -3,6 +3,7 @@ package outboxsqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/sqlident"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // InboxTableDefault is the inbox table used when NewInboxTable's table is
@@ -19,17 +21,25 @@ import (
 const InboxTableDefault = "processed_messages"
 
 // InboxTable is the table of message ids that consumers have processed, for
-// outbox.Inbox: processed_messages(consumer, message_id, processed_at), one
-// row per consumer and message, in the database file of a Store. Its
+// outbox.Inbox: processed_messages(consumer, message_id, processed_at,
+// outgoing), one row per consumer and message, in the database file of a
+// Store. processed_at is when the message's effects were complete: its
+// handling committed and, if the handler wrote messages to the Store's
+// outbox table (listed in outgoing, a JSON array, until then), they were all
+// published. Its
 // transactions are the Store's (RunInTx), so they wait for SQLite's write
 // lock the same way. It is safe for concurrent use.
 type InboxTable struct {
 	store *Store
 	name  string
 
-	create string
-	mark   string // ?1 consumer, ?2 id, ?3 now in microseconds
-	purge  string // ?1 before in microseconds, ?2 limit
+	create   string
+	addCol   string // upgrades a table made before outgoing existed
+	mark     string // ?1 consumer, ?2 id, ?3 now in microseconds
+	outgoing string // ?1 consumer, ?2 id, ?3 JSON array of ids
+	settle   string // ?1 now in microseconds, ?2 limit
+	purge    string // ?1 before in microseconds, ?2 limit
+	stats    string // ?1 now in microseconds
 }
 
 var _ outbox.InboxStore[*sql.Tx] = (*InboxTable)(nil)
@@ -63,22 +73,48 @@ func NewInboxTable(store *Store, table string) (*InboxTable, error) {
 	consumer     TEXT    NOT NULL,
 	message_id   TEXT    NOT NULL,
 	processed_at INTEGER NOT NULL,
+	outgoing     TEXT    NULL,
 	PRIMARY KEY (consumer, message_id)
 ) STRICT, WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);`,
-		mark: `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING`,
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;`,
+		addCol: `ALTER TABLE ` + q + ` ADD COLUMN outgoing TEXT NULL`,
+		mark:   `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING`,
+		outgoing: `UPDATE ` + q + ` SET outgoing = (SELECT json_group_array(value) FROM (
+	SELECT value FROM json_each(coalesce(outgoing, '[]')) UNION ALL SELECT value FROM json_each(?3)))
+WHERE consumer = ?1 AND message_id = ?2`,
+		// A record's effects are complete when none of its outgoing
+		// messages is left unpublished (pending, or dead: a dead letter
+		// may yet be retried); its countdown starts now.
+		settle: `UPDATE ` + q + ` SET outgoing = NULL, processed_at = ?1 WHERE (consumer, message_id) IN (
+	SELECT r.consumer, r.message_id FROM ` + q + ` AS r
+	WHERE r.outgoing IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM json_each(r.outgoing) AS j JOIN ` + store.set.qTable + ` AS o ON o.id = j.value WHERE o.status <> 'published')
+	ORDER BY r.processed_at LIMIT ?2)`,
+		stats: `SELECT consumer, count(*), count(outgoing), ?1 - min(processed_at) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
 		purge: `DELETE FROM ` + q + ` WHERE (consumer, message_id) IN (
-	SELECT consumer, message_id FROM ` + q + ` WHERE processed_at < ?1 ORDER BY processed_at LIMIT ?2)`,
+	SELECT consumer, message_id FROM ` + q + ` WHERE outgoing IS NULL AND processed_at < ?1 ORDER BY processed_at LIMIT ?2)`,
 	}, nil
 }
 
 // Name returns "main.<table>".
 func (t *InboxTable) Name() string { return t.name }
 
-// Migrate creates the table and its index if they do not exist.
+// Migrate creates the table and its indexes if they do not exist, and adds
+// the outgoing column to a table made by an older release.
 func (t *InboxTable) Migrate(ctx context.Context) error {
 	return t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		for stmt := range strings.SplitSeq(t.create, ";\n") {
+		var hasTable, hasOutgoing bool
+		err := tx.QueryRowContext(ctx, `SELECT count(*) > 0, coalesce(sum(name = 'outgoing'), 0) > 0 FROM pragma_table_info(?1)`,
+			strings.TrimPrefix(t.name, "main.")).Scan(&hasTable, &hasOutgoing)
+		if err != nil {
+			return fmt.Errorf("outboxsqlite: create inbox table %s: %w", t.name, err)
+		}
+		stmts := strings.Split(t.create, ";\n")
+		if hasTable && !hasOutgoing {
+			stmts = append([]string{t.addCol}, stmts...)
+		}
+		for _, stmt := range stmts {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("outboxsqlite: create inbox table %s: %w", t.name, err)
 			}
@@ -103,17 +139,46 @@ func (t *InboxTable) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer str
 	return n == 1, err
 }
 
-// PurgeProcessed deletes up to limit records processed before before, oldest
-// first, and returns how many it deleted; call it until it returns less than
-// limit. A message redelivered after its record is gone is applied again, so
-// keep records far longer than the broker redelivers
-// (outbox.InboxRetentionDefault, 14 days).
-func (t *InboxTable) PurgeProcessed(ctx context.Context, before time.Time, limit int) (n int, err error) {
+// RecordOutgoing notes, in tx, that handling message id wrote the messages
+// ids to the outbox table named table: the record is kept until they are
+// published. The table must be the Store's, the one the inbox table
+// watches.
+func (t *InboxTable) RecordOutgoing(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UUID, table string, ids []uuid.UUID) error {
+	if table != t.store.Name() {
+		return &outbox.ConfigError{Field: "outboxsqlite.NewInboxTable store", Value: t.store.Name(),
+			Fix: fmt.Sprintf("the handler of consumer %q wrote to outbox %s; build the inbox table on that table's Store so that inbox records outlive their pending outgoing messages", consumer, table)}
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, t.outgoing, consumer, id.String(), string(list)); err != nil {
+		return fmt.Errorf("outboxsqlite: record the outgoing messages of %s in inbox %s: %w", id, t.name, err)
+	}
+	return nil
+}
+
+// PurgeProcessed first starts the countdown of records whose outgoing
+// messages have all been published, then deletes up to limit records whose
+// effects were complete more than olderThan ago, oldest first, and returns
+// how many it deleted; call it until it returns less than limit. A record
+// whose outgoing messages are pending is never deleted. A message
+// redelivered after its record is gone is applied again, so keep records
+// far longer than the broker redelivers (outbox.InboxRetentionDefault, 14
+// days).
+func (t *InboxTable) PurgeProcessed(ctx context.Context, olderThan time.Duration, limit int) (n int, err error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("outboxsqlite: purge inbox %s: limit %d must be positive", t.name, limit)
 	}
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outboxsqlite: purge inbox %s: age %v must not be negative", t.name, olderThan)
+	}
 	err = t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, t.purge, before.UnixMicro(), limit)
+		now := time.Now().UnixMicro()
+		if _, err := tx.ExecContext(ctx, t.settle, now, limit); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, t.purge, now-olderThan.Microseconds(), limit)
 		if err != nil {
 			return err
 		}
@@ -125,4 +190,28 @@ func (t *InboxTable) PurgeProcessed(ctx context.Context, before time.Time, limit
 		return 0, fmt.Errorf("outboxsqlite: purge inbox %s: %w", t.name, err)
 	}
 	return n, nil
+}
+
+// ConsumerStats counts each consumer's records (`outbox inbox status`). It
+// reads the whole table: an operator's query, not a metric to scrape often.
+func (t *InboxTable) ConsumerStats(ctx context.Context) ([]outboxdriver.InboxConsumerStats, error) {
+	rows, err := t.store.DB().QueryContext(ctx, t.stats, time.Now().UnixMicro())
+	if err != nil {
+		return nil, fmt.Errorf("outboxsqlite: count records of inbox %s: %w", t.name, err)
+	}
+	defer rows.Close()
+	var stats []outboxdriver.InboxConsumerStats
+	for rows.Next() {
+		var st outboxdriver.InboxConsumerStats
+		var ageMicros int64
+		if err := rows.Scan(&st.Consumer, &st.Records, &st.AwaitingOutgoing, &ageMicros); err != nil {
+			return nil, fmt.Errorf("outboxsqlite: count records of inbox %s: %w", t.name, err)
+		}
+		st.OldestAge = time.Duration(ageMicros) * time.Microsecond
+		stats = append(stats, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outboxsqlite: count records of inbox %s: %w", t.name, err)
+	}
+	return stats, nil
 }

@@ -30,8 +30,10 @@ func TestInboxConformance(t *testing.T) {
 			t.Fatalf("create effects table: %v", err)
 		}
 		return storetest.InboxHarness[*sql.Tx]{
-			Table: table,
-			Purge: table.PurgeProcessed,
+			Table:  table,
+			Purge:  table.PurgeProcessed,
+			Outbox: store,
+			Writer: newWriter(t, store),
 			Effect: func(ctx context.Context, tx *sql.Tx, id uuid.UUID) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO effects VALUES (?)`, id.String())
 				return err

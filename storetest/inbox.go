@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // InboxHarness is one fresh, empty inbox table and an effect table in the
@@ -20,7 +21,12 @@ type InboxHarness[TTx any] struct {
 	// Table is the inbox table under test.
 	Table outbox.InboxStore[TTx]
 	// Purge is the table's PurgeProcessed.
-	Purge func(ctx context.Context, before time.Time, limit int) (int, error)
+	Purge func(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+	// Outbox is an empty outbox table in the same database, the one the
+	// inbox table watches for the messages handlers write; Writer writes to
+	// it.
+	Outbox outboxdriver.Store
+	Writer *outbox.Writer[TTx]
 	// Effect adds one row for id to the effect table inside tx: a handler's
 	// change to the business data. The effect table has no unique key, so
 	// a handler applied twice leaves two rows.
@@ -44,6 +50,7 @@ func RunInbox[TTx any](t *testing.T, newHarness func(t *testing.T) InboxHarness[
 		{"a delivery that arrives while the first fails applies the message", testInboxDuplicateAfterFailedFirst[TTx]},
 		{"each consumer applies a message once", testInboxConsumers[TTx]},
 		{"purge deletes old records in bounded batches", testInboxPurge[TTx]},
+		{"purge keeps a record until the messages its handler wrote are published, then counts from then", testInboxPurgeWaitsForOutgoing[TTx]},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -220,22 +227,20 @@ func testInboxPurge[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		handle(t, h, in, id)
 		ids = append(ids, id)
 	}
-	purge := func(before time.Time, limit int) int {
+	purge := func(olderThan time.Duration, limit int) int {
 		t.Helper()
-		n, err := h.Purge(t.Context(), before, limit)
+		n, err := h.Purge(t.Context(), olderThan, limit)
 		if err != nil {
 			t.Fatalf("purge: %v", err)
 		}
 		return n
 	}
-	if n := purge(time.Now().Add(-time.Hour), 10); n != 0 {
+	if n := purge(time.Hour, 10); n != 0 {
 		t.Fatalf("purge of records older than an hour deleted %d; want 0", n)
 	}
-	// The database's clock may run a little ahead of ours.
-	later := time.Now().Add(time.Minute)
 	var got []int
 	for range 4 {
-		got = append(got, purge(later, 2))
+		got = append(got, purge(0, 2))
 	}
 	if fmt.Sprint(got) != "[2 2 1 0]" {
 		t.Fatalf("purges of 5 records in batches of 2 deleted %v; want [2 2 1 0]", got)
@@ -245,4 +250,69 @@ func testInboxPurge[TTx any](t *testing.T, h InboxHarness[TTx]) {
 		t.Fatalf("delivery of message %s after its record was purged: skipped; want applied", ids[0])
 	}
 	wantEffects(t, h, ids[0], 2)
+}
+
+// testInboxPurgeWaitsForOutgoing is seed 004's rule: a record whose handler
+// wrote messages to the outbox stays while any of them is pending, and its
+// retention counts from when the last was published.
+func testInboxPurgeWaitsForOutgoing[TTx any](t *testing.T, h InboxHarness[TTx]) {
+	in := newInbox(t, h, "billing")
+	quiet, busy := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	handle(t, h, in, quiet)
+	var outgoing outbox.Message
+	applied, err := in.Handle(t.Context(), busy, func(ctx context.Context, tx TTx) error {
+		outgoing = outbox.Message{Topic: "invoices.sent", Payload: []byte("{}")}
+		return h.Writer.Write(ctx, tx, &outgoing)
+	})
+	if err != nil || !applied {
+		t.Fatalf("handle message %s writing an outgoing message: applied %v, %v", busy, applied, err)
+	}
+	const retention = 100 * time.Millisecond
+	purge := func() int {
+		t.Helper()
+		n, err := PurgeAll(t.Context(), h.Purge, retention)
+		if err != nil {
+			t.Fatalf("purge: %v", err)
+		}
+		return n
+	}
+	// Both records are older than the retention: only the one without a
+	// pending outgoing message goes.
+	time.Sleep(2 * retention)
+	if n := purge(); n != 1 {
+		t.Fatalf("purge while %s's outgoing message is pending deleted %d records; want 1 (%s's)", busy, n, quiet)
+	}
+	if handle(t, h, in, busy) {
+		t.Fatalf("message %s applied again after the purge; its record must stay while its outgoing message is pending", busy)
+	}
+
+	token := uuid.Must(uuid.NewV7())
+	claimed, err := h.Outbox.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: token})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != outgoing.ID {
+		t.Fatalf("claim the outgoing message %s: %v, %v", outgoing.ID, claimed, err)
+	}
+	if _, err := h.Outbox.SettleAndClaim(t.Context(), outboxdriver.Settlement{Token: token, Published: []uuid.UUID{outgoing.ID}}, outboxdriver.Claim{}); err != nil {
+		t.Fatalf("settle the outgoing message as published: %v", err)
+	}
+	// Published now: the countdown starts, so the record is still young.
+	if n := purge(); n != 0 {
+		t.Fatalf("purge right after the outgoing message was published deleted %d records; want 0 (the retention counts from the publication)", n)
+	}
+	time.Sleep(2 * retention)
+	if n := purge(); n != 1 {
+		t.Fatalf("purge a retention after the publication deleted %d records; want 1", n)
+	}
+}
+
+// PurgeAll calls purge in batches of 100 until it deletes fewer, and returns
+// how many it deleted in all.
+func PurgeAll(ctx context.Context, purge func(ctx context.Context, olderThan time.Duration, limit int) (int, error), olderThan time.Duration) (int, error) {
+	total := 0
+	for {
+		n, err := purge(ctx, olderThan, 100)
+		total += n
+		if err != nil || n < 100 {
+			return total, err
+		}
+	}
 }

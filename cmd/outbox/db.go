@@ -25,7 +25,9 @@ type backend struct {
 	admin    outboxdriver.Admin
 	migrator migrator
 	// send writes messages in one committed transaction and wakes relays.
-	send  func(ctx context.Context, msgs ...*outbox.Message) error
+	send func(ctx context.Context, msgs ...*outbox.Message) error
+	// inbox opens the inbox table named table beside the outbox table.
+	inbox func(ctx context.Context, table string) (inboxTable, error)
 	close func()
 }
 
@@ -149,6 +151,9 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMo
 		migrator: pgMigrator{m},
 		send: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+		},
+		inbox: func(_ context.Context, table string) (inboxTable, error) {
+			return outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: g.schema, Table: table, Outbox: store.Name()})
 		},
 		close: pool.Close,
 	}, nil

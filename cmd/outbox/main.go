@@ -96,6 +96,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newRelayCommand(g),
 		newStatusCommand(g),
 		newDeadCommand(g),
+		newInboxCommand(g),
 		newSendCommand(g),
 		newConsoleCommand(g),
 		newDemoCommand(),

@@ -85,7 +85,7 @@ func (g *globalFlags) openSQLite(ctx context.Context, raw string, mode storeMode
 	if _, err := db.open(ctx, false); err != nil && !errors.Is(err, outboxsqlite.ErrNoDatabaseFile) {
 		return nil, err
 	}
-	return &backend{store: db, admin: db, migrator: db, send: db.send, close: db.close}, nil
+	return &backend{store: db, admin: db, migrator: db, send: db.send, inbox: db.inbox, close: db.close}, nil
 }
 
 // sqliteDB opens the database file when first needed: `migrate up` creates
@@ -122,6 +122,16 @@ func (d *sqliteDB) open(ctx context.Context, create bool) (*outboxsqlite.Store, 
 	}
 	d.store = s
 	return s, nil
+}
+
+// inbox opens the inbox table named table in the database file, which must
+// exist.
+func (d *sqliteDB) inbox(ctx context.Context, table string) (inboxTable, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return outboxsqlite.NewInboxTable(s, table)
 }
 
 func (d *sqliteDB) get(ctx context.Context) (*outboxsqlite.Store, error) { return d.open(ctx, false) }

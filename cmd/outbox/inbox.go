@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
+	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/outboxsqlite"
+)
+
+// inboxTable is what `outbox inbox` needs from a consumer's inbox table.
+type inboxTable interface {
+	Name() string
+	Migrate(ctx context.Context) error
+	PurgeProcessed(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+	ConsumerStats(ctx context.Context) ([]outboxdriver.InboxConsumerStats, error)
+}
+
+var (
+	_ inboxTable = (*outboxpg.InboxTable)(nil)
+	_ inboxTable = (*outboxsqlite.InboxTable)(nil)
+)
+
+func newInboxCommand(g *globalFlags) *cobra.Command {
+	var table string
+	cmd := &cobra.Command{
+		Use:   "inbox",
+		Short: "Create, inspect and purge a consumer's inbox table",
+		Long: `inbox works on the table of processed message ids that consumers keep in their own database
+(outbox.Inbox), beside the outbox table that --schema and --table name: the records of the
+messages whose handlers wrote messages to that outbox are kept until those are published.`,
+	}
+	cmd.PersistentFlags().StringVar(&table, "inbox-table", outboxpg.InboxTableDefault, "name of the inbox table (in --schema on PostgreSQL)")
+	open := func(cmd *cobra.Command) (inboxTable, func(), error) {
+		b, err := g.open(cmd.Context(), storeMode{})
+		if err != nil {
+			return nil, nil, err
+		}
+		t, err := b.inbox(cmd.Context(), table)
+		if err != nil {
+			b.close()
+			return nil, nil, err
+		}
+		return t, b.close, nil
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use:   "migrate",
+			Short: "Create the inbox table, or upgrade one made by an older release",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				t, done, err := open(cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				if err := t.Migrate(cmd.Context()); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "inbox table %s is ready\n", t.Name())
+				return nil
+			},
+		},
+		newInboxStatusCommand(open),
+		newInboxPurgeCommand(open),
+	)
+	return cmd
+}
+
+type openInbox func(cmd *cobra.Command) (inboxTable, func(), error)
+
+func newInboxStatusCommand(open openInbox) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Count each consumer's records, and those kept for pending outgoing messages",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, done, err := open(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			stats, err := t.ConsumerStats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				rows := make([]map[string]any, len(stats))
+				for i, st := range stats {
+					rows[i] = map[string]any{"consumer": st.Consumer, "records": st.Records,
+						"awaiting_outgoing": st.AwaitingOutgoing, "oldest_seconds": st.OldestAge.Seconds()}
+				}
+				return json.NewEncoder(out).Encode(map[string]any{"table": t.Name(), "consumers": rows})
+			}
+			fmt.Fprintf(out, "inbox table %s\n", t.Name())
+			if len(stats) == 0 {
+				fmt.Fprintln(out, "no records")
+				return nil
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "CONSUMER\tRECORDS\tAWAITING OUTGOING\tOLDEST")
+			for _, st := range stats {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", st.Consumer, st.Records, st.AwaitingOutgoing, st.OldestAge.Round(time.Second))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+func newInboxPurgeCommand(open openInbox) *cobra.Command {
+	var retention time.Duration
+	var batch int
+	cmd := &cobra.Command{
+		Use:   "purge",
+		Short: "Delete the records older than the retention, in batches",
+		Long: `purge deletes the records whose message's effects were complete more than --retention ago:
+its handling committed and the messages its handler wrote to the outbox were published. A record
+whose outgoing messages are still pending is kept. A message redelivered after its record is gone
+is applied again, so keep records far longer than the broker redelivers. Consumers can purge by
+themselves instead (outbox.PurgeInbox).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if retention < 0 {
+				return usagef("--retention %s: use a positive duration, e.g. 336h (14 days)", retention)
+			}
+			if batch <= 0 {
+				return usagef("--batch %d: use a positive number of records, e.g. 1000", batch)
+			}
+			t, done, err := open(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			total := 0
+			for {
+				n, err := t.PurgeProcessed(cmd.Context(), retention, batch)
+				total += n
+				if err != nil {
+					return fmt.Errorf("%w (%d records deleted before the failure)", err, total)
+				}
+				if n < batch {
+					break
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "deleted %d records so far\n", total)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d records of %s older than %s\n", total, t.Name(), retention)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&retention, "retention", outbox.InboxRetentionDefault, "keep records whose effects were complete less than this long ago")
+	cmd.Flags().IntVar(&batch, "batch", outbox.InboxPurgeBatchSizeDefault, "records deleted per statement")
+	return cmd
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/outboxsqlite"
+)
+
+// applyFunc applies a message through consumer "billing"'s inbox; with
+// outgoing, its handler writes a message to the outbox.
+type applyFunc func(t *testing.T, outgoing bool)
+
+// testInboxCommands runs `outbox inbox migrate|status|purge` against a
+// migrated outbox table (db: the database flags) whose inbox table apply
+// opens once `inbox migrate` made it.
+func testInboxCommands(t *testing.T, db []string, apply func(t *testing.T) applyFunc) {
+	with := func(args ...string) []string { return append(append([]string{}, args...), db...) }
+	if out := mustCLI(t, with("inbox", "migrate")...); !strings.Contains(out, "is ready") {
+		t.Fatalf("inbox migrate printed %q", out)
+	}
+	mustCLI(t, with("inbox", "migrate")...) // idempotent
+	if out := mustCLI(t, with("inbox", "status")...); !strings.Contains(out, "no records") {
+		t.Fatalf("inbox status of an empty table printed %q", out)
+	}
+	a := apply(t)
+	a(t, false)
+	a(t, true)
+
+	var st struct {
+		Consumers []struct {
+			Consumer         string `json:"consumer"`
+			Records          int64  `json:"records"`
+			AwaitingOutgoing int64  `json:"awaiting_outgoing"`
+		} `json:"consumers"`
+	}
+	if err := json.Unmarshal([]byte(mustCLI(t, with("inbox", "status", "--json")...)), &st); err != nil ||
+		len(st.Consumers) != 1 || st.Consumers[0].Consumer != "billing" || st.Consumers[0].Records != 2 || st.Consumers[0].AwaitingOutgoing != 1 {
+		t.Fatalf("inbox status --json: %+v, %v; want billing with 2 records, 1 awaiting its outgoing message", st, err)
+	}
+	if out := mustCLI(t, with("inbox", "status")...); !strings.Contains(out, "billing") {
+		t.Fatalf("inbox status printed %q; want the consumer's row", out)
+	}
+	// Every record is older than 0s, but the one whose outgoing message is
+	// pending stays.
+	if out := mustCLI(t, with("inbox", "purge", "--retention", "0s", "--batch", "1")...); !strings.Contains(out, "deleted 1 records") {
+		t.Fatalf("inbox purge printed %q; want 1 record deleted", out)
+	}
+	if code, _, errOut := cli(t, with("inbox", "purge", "--retention", "-1h")...); code != 2 || !strings.Contains(errOut, "--retention") {
+		t.Fatalf("inbox purge --retention -1h: exit %d, %q; want a usage error naming the flag", code, errOut)
+	}
+}
+
+func TestInboxCommandsOnPostgreSQL(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.Schema(t)
+	db := []string{"--database-url", pgtest.URL(t), "--schema", schema}
+	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+	testInboxCommands(t, db, func(t *testing.T) applyFunc {
+		pool := pgtest.Pool(t)
+		store, err := outboxpg.New(pool, outboxpg.Options{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema, Outbox: store.Name()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inboxApplier(t, table, store)
+	})
+}
+
+func TestInboxCommandsOnSQLite(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "app.db")
+	db := []string{"--database-url", "sqlite://" + path}
+	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+	testInboxCommands(t, db, func(t *testing.T) applyFunc {
+		store, err := outboxsqlite.Open(t.Context(), path, outboxsqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = store.Close() })
+		table, err := outboxsqlite.NewInboxTable(store, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inboxApplier(t, table, store)
+	})
+}
+
+// inboxApplier returns an applyFunc over an inbox table and the outbox
+// table beside it.
+func inboxApplier[TTx any](t *testing.T, table outbox.InboxStore[TTx], store outbox.Inserter[TTx]) applyFunc {
+	in, err := outbox.NewInbox(table, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(t *testing.T, outgoing bool) {
+		_, err := in.Handle(t.Context(), uuid.Must(uuid.NewV7()), func(ctx context.Context, tx TTx) error {
+			if !outgoing {
+				return nil
+			}
+			return w.Write(ctx, tx, &outbox.Message{Topic: "invoices.sent", Payload: []byte("{}")})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var (
+	_ outbox.InboxStore[pgx.Tx]  = (*outboxpg.InboxTable)(nil)
+	_ outbox.InboxStore[*sql.Tx] = (*outboxsqlite.InboxTable)(nil)
+)
