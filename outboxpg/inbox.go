@@ -27,19 +27,14 @@ type InboxOptions struct {
 	// Table is the inbox table. It must match ^[a-z_][a-z0-9_]*$ and have at
 	// most MaxTableLength bytes. Default InboxTableDefault.
 	Table string
-	// Outbox is the outbox table, "schema.table", that the handlers write
-	// their outgoing messages to, in the same database. A record is kept
-	// while any of the messages its handler wrote there is pending (see
-	// outbox.OutgoingRecorder); a handler that writes to another table is an
-	// error that names this field. Default "public.outbox".
-	Outbox string
 }
 
 // InboxTable is the table of message ids that consumers have processed, for
 // outbox.Inbox: processed_messages(consumer, message_id, processed_at,
 // outgoing), one row per consumer and message. processed_at is when the
 // message's effects were complete: its handling committed and, if the
-// handler wrote messages to the outbox (listed in outgoing until then),
+// handler wrote messages to an outbox (listed in outgoing, with the table in
+// outbox_table, until then),
 // they were all published. It is safe for concurrent use.
 type InboxTable struct {
 	pool    *pgxpool.Pool
@@ -47,14 +42,12 @@ type InboxTable struct {
 	schema  string // validated, unquoted
 	qSchema string // quoted
 
-	outbox  string // the outbox table the handlers write to, unquoted
-
+	q        string // the table, quoted
 	create   string // the table and its index
 	mark     string // $1 consumer, $2 id
 	outgoing string // $1 consumer, $2 id, $3 ids
-	waiting  string // whether any record waits for outgoing messages
+	waiting  string // the outbox tables that records wait for
 	stats    string // per consumer
-	settle   string // $1 limit
 	purge    string // $1 age in microseconds, $2 limit
 	lockKey  int64  // taken by PurgeProcessed
 }
@@ -80,18 +73,7 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	if err := sqlident.Check("outboxpg.InboxOptions.Table", table, MaxTableLength); err != nil {
 		return nil, err
 	}
-	outboxName := opts.Outbox
-	if outboxName == "" {
-		outboxName = SchemaDefault + "." + TableDefault
-	}
-	outboxSchema, outboxTable, ok := strings.Cut(outboxName, ".")
-	if !ok || sqlident.Check("outboxpg.InboxOptions.Outbox", outboxSchema, MaxSchemaLength) != nil ||
-		sqlident.Check("outboxpg.InboxOptions.Outbox", outboxTable, MaxTableLength) != nil {
-		return nil, &outbox.ConfigError{Field: "outboxpg.InboxOptions.Outbox", Value: fmt.Sprintf("%q", opts.Outbox),
-			Fix: "give the outbox table the handlers write to as schema.table, e.g. public.outbox (what Store.Name returns)"}
-	}
 	q := sqlident.Quote(schema) + "." + sqlident.Quote(table)
-	qOutbox := sqlident.Quote(outboxSchema) + "." + sqlident.Quote(outboxTable)
 	return &InboxTable{
 		pool: pool,
 		name: schema + "." + table,
@@ -104,28 +86,23 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	message_id   uuid        NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
 	outgoing     uuid[]      NULL,
+	outbox_table text        NULL,
 	PRIMARY KEY (consumer, message_id)
 );
 ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outgoing uuid[] NULL;
+ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outbox_table text NULL;
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;`,
-		schema:   schema,
-		qSchema:  sqlident.Quote(schema),
-		outbox:   outboxName,
-		mark:     `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-		outgoing: `UPDATE ` + q + ` SET outgoing = coalesce(outgoing, '{}') || $3::uuid[] WHERE consumer = $1 AND message_id = $2`,
-		waiting:  `SELECT EXISTS (SELECT FROM ` + q + ` WHERE outgoing IS NOT NULL)`,
+		schema:  schema,
+		qSchema: sqlident.Quote(schema),
+		q:       q,
+		mark:    `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		outgoing: `UPDATE ` + q + ` SET outgoing = coalesce(outgoing, '{}') || $3::uuid[], outbox_table = $4
+WHERE consumer = $1 AND message_id = $2 AND coalesce(outbox_table, $4) = $4`,
+		waiting: `SELECT DISTINCT outbox_table FROM ` + q + ` WHERE outgoing IS NOT NULL`,
 		stats: `SELECT consumer, count(*), count(*) FILTER (WHERE outgoing IS NOT NULL),
 	(extract(epoch FROM now() - min(processed_at)) * 1000000)::bigint
 FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
-		// A record's effects are complete when none of its outgoing
-		// messages is left unpublished (pending, or dead: a dead letter
-		// may yet be retried); its countdown starts now.
-		settle: `UPDATE ` + q + ` SET outgoing = NULL, processed_at = now() WHERE (consumer, message_id) IN (
-	SELECT r.consumer, r.message_id FROM ` + q + ` AS r
-	WHERE r.outgoing IS NOT NULL
-		AND NOT EXISTS (SELECT FROM ` + qOutbox + ` AS o WHERE o.id = ANY (r.outgoing) AND o.status <> 'published')
-	ORDER BY r.processed_at LIMIT $1)`,
 		purge: `DELETE FROM ` + q + ` WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + `
 	WHERE outgoing IS NULL AND processed_at < now() - $1::bigint * interval '1 microsecond'
@@ -185,16 +162,60 @@ func (t *InboxTable) MarkProcessed(ctx context.Context, tx pgx.Tx, consumer stri
 }
 
 // RecordOutgoing notes, in tx, that handling message id wrote the messages
-// ids to the outbox table named table: the record is kept until they are
-// published. It fails, naming InboxOptions.Outbox, when table is not the
-// outbox the inbox table watches, since the purge could not see them.
+// ids to the outbox table named table ("schema.table", a Store's Name), in
+// the same database: the record is kept until they are published. The
+// handler of one message may write to one outbox table only.
 func (t *InboxTable) RecordOutgoing(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID, table string, ids []uuid.UUID) error {
-	if table != t.outbox {
-		return &outbox.ConfigError{Field: "outboxpg.InboxOptions.Outbox", Value: t.outbox,
-			Fix: fmt.Sprintf("the handler of consumer %q wrote to outbox %s; set InboxOptions.Outbox to %q so that inbox records outlive their pending outgoing messages", consumer, table, table)}
+	if _, err := settleStatement(t.q, table); err != nil {
+		return err
 	}
-	if _, err := tx.Exec(ctx, t.outgoing, consumer, pgUUID(id), pgUUIDs(ids)); err != nil {
+	tag, err := tx.Exec(ctx, t.outgoing, consumer, pgUUID(id), pgUUIDs(ids), table)
+	if err != nil {
 		return fmt.Errorf("outboxpg: record the outgoing messages of %s in inbox %s: %w", id, t.name, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("outboxpg: record the outgoing messages of %s in inbox %s: the handler of consumer %q wrote to two outbox tables; write the outgoing messages of one message to one table", id, t.name, consumer)
+	}
+	return nil
+}
+
+// settleStatement returns the statement that starts the countdown of the
+// records of inbox q (quoted) waiting for outbox table: those none of whose
+// outgoing messages is left unpublished (pending, or dead, since a dead
+// letter may yet be retried).
+func settleStatement(q, table string) (string, error) {
+	schema, name, ok := strings.Cut(table, ".")
+	if !ok || sqlident.Check("outbox table", schema, MaxSchemaLength) != nil || sqlident.Check("outbox table", name, MaxTableLength) != nil {
+		return "", fmt.Errorf("outboxpg: inbox: outgoing messages were written to %q, not an outbox table of this database (schema.table); write them through an outboxpg Store in the inbox's transaction", table)
+	}
+	return `UPDATE ` + q + ` SET outgoing = NULL, outbox_table = NULL, processed_at = now() WHERE (consumer, message_id) IN (
+	SELECT r.consumer, r.message_id FROM ` + q + ` AS r
+	WHERE r.outgoing IS NOT NULL AND r.outbox_table = $2
+		AND NOT EXISTS (SELECT FROM ` + sqlident.Quote(schema) + `.` + sqlident.Quote(name) + ` AS o WHERE o.id = ANY (r.outgoing) AND o.status <> 'published')
+	ORDER BY r.processed_at LIMIT $1)`, nil
+}
+
+// settle starts the countdown of the records whose outgoing messages were
+// all published, up to limit per outbox table. The outbox tables are read
+// only when some record waits for them: a consumer that writes no outgoing
+// messages needs no outbox.
+func (t *InboxTable) settle(ctx context.Context, tx pgx.Tx, limit int) error {
+	rows, err := tx.Query(ctx, t.waiting)
+	if err != nil {
+		return err
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, table := range tables {
+		stmt, err := settleStatement(t.q, table)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, stmt, limit, table); err != nil {
+			return fmt.Errorf("see which outgoing messages in %s were published: %w", table, err)
+		}
 	}
 	return nil
 }
@@ -216,19 +237,12 @@ func (t *InboxTable) PurgeProcessed(ctx context.Context, olderThan time.Duration
 		return 0, fmt.Errorf("outboxpg: purge inbox %s: age %v must not be negative", t.name, olderThan)
 	}
 	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-		var locked, waiting bool
+		var locked bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, t.lockKey).Scan(&locked); err != nil || !locked {
 			return err
 		}
-		// The outbox table is read only when some record waits for it: a
-		// consumer that writes no outgoing messages needs no outbox.
-		if err := tx.QueryRow(ctx, t.waiting).Scan(&waiting); err != nil {
+		if err := t.settle(ctx, tx, limit); err != nil {
 			return err
-		}
-		if waiting {
-			if _, err := tx.Exec(ctx, t.settle, limit); err != nil {
-				return fmt.Errorf("see which outgoing messages of outbox %s were published: %w", t.outbox, err)
-			}
 		}
 		tag, err := tx.Exec(ctx, t.purge, olderThan.Microseconds(), limit)
 		n = int(tag.RowsAffected())

@@ -21,7 +21,7 @@ func TestInboxConformance(t *testing.T) {
 		pool := pgtest.Pool(t)
 		store := newStore(t, pool, outboxpg.Options{})
 		schema, _, _ := strings.Cut(store.Name(), ".")
-		table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema, Outbox: store.Name()})
+		table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
 		if err != nil {
 			t.Fatalf("new inbox table: %v", err)
 		}

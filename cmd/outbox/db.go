@@ -153,7 +153,7 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMo
 			return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
 		inbox: func(_ context.Context, table string) (inboxTable, error) {
-			return outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: g.schema, Table: table, Outbox: store.Name()})
+			return outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: g.schema, Table: table})
 		},
 		close: pool.Close,
 	}, nil

@@ -72,7 +72,7 @@ func TestInboxCommandsOnPostgreSQL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema, Outbox: store.Name()})
+		table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
 		if err != nil {
 			t.Fatal(err)
 		}
