@@ -93,7 +93,9 @@ func (in *Inbox[TTx]) recordOutgoing(ctx context.Context, tx TTx, id uuid.UUID, 
 // the broker delivers the message again. Messages fn writes through a
 // Writer with the context it is given are noted in the record, when the
 // inbox table keeps them (OutgoingRecorder): the record is then kept until
-// they are published, and its retention counts from then.
+// they are published, and its retention counts from then. After the commit,
+// the relays of this process that serve those outbox tables are woken, as
+// Writer.Transact does, so the messages go out without waiting for a poll.
 func (in *Inbox[TTx]) Handle(ctx context.Context, id uuid.UUID, fn func(ctx context.Context, tx TTx) error) (applied bool, err error) {
 	if in.observer != nil {
 		defer func() { in.observer.Handled(ctx, in.consumer, applied, err) }()
@@ -101,12 +103,14 @@ func (in *Inbox[TTx]) Handle(ctx context.Context, id uuid.UUID, fn func(ctx cont
 	if id == uuid.Nil {
 		return false, fmt.Errorf("outbox: inbox %s: message id is the nil UUID; pass the id the relay published the message with", in.consumer)
 	}
+	var wrote *written
 	err = in.store.RunInTx(ctx, func(tx TTx) error {
 		first, err := in.store.MarkProcessed(ctx, tx, in.consumer, id)
 		if err != nil || !first {
 			return err
 		}
-		fnCtx, wrote := withWritten(ctx)
+		var fnCtx context.Context
+		fnCtx, wrote = withWritten(ctx)
 		if err := fn(fnCtx, tx); err != nil {
 			return err
 		}
@@ -118,6 +122,9 @@ func (in *Inbox[TTx]) Handle(ctx context.Context, id uuid.UUID, fn func(ctx cont
 	})
 	if err != nil {
 		return false, err
+	}
+	if applied {
+		wakeWritten(wrote)
 	}
 	return applied, nil
 }

@@ -164,3 +164,13 @@ func noteWritten(ctx context.Context, table string, msgs []*Message) {
 		w.byTable[table] = append(w.byTable[table], m.ID)
 	}
 }
+
+// wakeWritten wakes the relays of this process that serve the tables
+// written to.
+func wakeWritten(w *written) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for table := range w.byTable {
+		wakeTopicFor(table).notify()
+	}
+}

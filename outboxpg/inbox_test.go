@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -12,6 +13,7 @@ import (
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/relaytest"
 	"github.com/go-outbox/outbox/storetest"
 )
 
@@ -94,6 +96,38 @@ func TestInboxHandlerWritesToTheOutboxInItsTransaction(t *testing.T) {
 	if st.Pending != 1 {
 		t.Fatalf("after a failed, an applied and a duplicate delivery the outbox holds %d messages; want 1", st.Pending)
 	}
+}
+
+// Outgoing messages written by a handler go out at once through a relay of
+// the same process, woken by the inbox's commit as Writer.Transact wakes it,
+// not at the relay's next poll (an hour away here).
+func TestInboxCommitWakesTheRelayOfItsOutgoingMessages(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{})
+	schema, _, _ := strings.Cut(store.Name(), ".")
+	table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	in, err := outbox.NewInbox(table, "shipping")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := relaytest.NewRecorder()
+	relay := relaytest.StartRelay(t, store, rec, outbox.Config{PollInterval: time.Hour, ActivePollInterval: time.Hour})
+	rec.WaitFor(t, 10*time.Second, "the relay's first exchange", func() bool { return relay.Ready() == nil })
+	w := newWriter(t, store)
+	out := &outbox.Message{Topic: "shipments.requested", Payload: []byte("{}")}
+	if _, err := in.Handle(t.Context(), uuid.Must(uuid.NewV7()), func(ctx context.Context, tx pgx.Tx) error {
+		return w.Write(ctx, tx, out)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rec.WaitFor(t, 10*time.Second, "the outgoing message published after the inbox's commit", func() bool { return rec.Count(out.ID) == 1 })
 }
 
 func TestNewInboxTableRejectsInvalidNames(t *testing.T) {
