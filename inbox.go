@@ -35,6 +35,7 @@ type Inbox[TTx any] struct {
 	store    InboxStore[TTx]
 	consumer string
 	observer InboxObserver
+	relays   map[string]*Relay // by table, for PublishOutgoing
 }
 
 // Observe makes the inbox tell o of every message it handles. Call it before
@@ -126,5 +127,6 @@ func (in *Inbox[TTx]) Handle(ctx context.Context, id uuid.UUID, fn func(ctx cont
 	if applied {
 		wakeWritten(wrote)
 	}
+	in.publishOutgoing(ctx, id, applied, wrote)
 	return applied, nil
 }

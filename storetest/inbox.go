@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,7 @@ func RunInbox[TTx any](t *testing.T, newHarness func(t *testing.T) InboxHarness[
 		{"a delivery that arrives while the first fails applies the message", testInboxDuplicateAfterFailedFirst[TTx]},
 		{"each consumer applies a message once", testInboxConsumers[TTx]},
 		{"purge deletes old records in bounded batches", testInboxPurge[TTx]},
+		{"outgoing messages are published before Handle returns, and a duplicate publishes those left pending", testInboxPublishesOutgoingAtOnce[TTx]},
 		{"purge keeps a record until the messages its handler wrote are published, then counts from then", testInboxPurgeWaitsForOutgoing[TTx]},
 	}
 	for _, c := range cases {
@@ -314,5 +316,73 @@ func PurgeAll(ctx context.Context, purge func(ctx context.Context, olderThan tim
 		if err != nil || n < 100 {
 			return total, err
 		}
+	}
+}
+
+// idPublisher records the ids it is asked to publish, and confirms them.
+type idPublisher struct {
+	mu  sync.Mutex
+	ids []uuid.UUID
+}
+
+func (p *idPublisher) Publish(_ context.Context, batch []outbox.Message) []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range batch {
+		p.ids = append(p.ids, m.ID)
+	}
+	return make([]error, len(batch))
+}
+
+func (p *idPublisher) Close() error { return nil }
+
+func (p *idPublisher) published() []uuid.UUID {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.ids)
+}
+
+// testInboxPublishesOutgoingAtOnce is seed 004's "incoming message" way:
+// with PublishOutgoing, the messages a handler writes are published before
+// Handle returns, with no relay running; and a duplicate delivery of a
+// message whose first handling stopped after its commit publishes what that
+// handling left pending.
+func testInboxPublishesOutgoingAtOnce[TTx any](t *testing.T, h InboxHarness[TTx]) {
+	pub := &idPublisher{}
+	relay, err := outbox.NewRelay(h.Outbox, pub, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newInbox(t, h, "billing")
+	in.PublishOutgoing(relay)
+	write := func(out *outbox.Message) func(ctx context.Context, tx TTx) error {
+		return func(ctx context.Context, tx TTx) error { return h.Writer.Write(ctx, tx, out) }
+	}
+
+	first := &outbox.Message{Topic: "invoices.sent", Payload: []byte("{}")}
+	if applied, err := in.Handle(t.Context(), uuid.Must(uuid.NewV7()), write(first)); err != nil || !applied {
+		t.Fatalf("handle: applied %v, %v", applied, err)
+	}
+	if got := pub.published(); !slices.Equal(got, []uuid.UUID{first.ID}) {
+		t.Fatalf("published when Handle returned: %v; want the outgoing message %s", got, first.ID)
+	}
+
+	// The first handling of a second message commits, and its process
+	// stops before publishing (an inbox without the relay stands for it).
+	crashed := newInbox(t, h, "billing")
+	id := uuid.Must(uuid.NewV7())
+	second := &outbox.Message{Topic: "invoices.sent", Payload: []byte("{}")}
+	if applied, err := crashed.Handle(t.Context(), id, write(second)); err != nil || !applied {
+		t.Fatalf("first handling of %s: applied %v, %v", id, applied, err)
+	}
+	if applied, err := in.Handle(t.Context(), id, write(&outbox.Message{Topic: "invoices.sent"})); err != nil || applied {
+		t.Fatalf("duplicate delivery of %s: applied %v, %v; want skipped", id, applied, err)
+	}
+	if got := pub.published(); !slices.Equal(got, []uuid.UUID{first.ID, second.ID}) {
+		t.Fatalf("published after the duplicate delivery: %v; want also %s, left pending by the first handling", got, second.ID)
+	}
+	st, err := h.Outbox.(outboxdriver.Admin).Stats(t.Context())
+	if err != nil || st.Pending != 0 {
+		t.Fatalf("outbox after both: %+v, %v; want nothing pending (both recorded as published)", st, err)
 	}
 }
