@@ -113,3 +113,23 @@ func (in *Inbox[TTx]) publishOutgoing(ctx context.Context, id uuid.UUID, applied
 		_, _ = r.PublishNow(ctx, ids...)
 	}
 }
+
+// TransactAndPublish runs fn in a new transaction as Transact does and, once
+// it has committed, publishes the messages fn wrote (through Write, with the
+// context fn is given) with relay.PublishNow before it returns: an HTTP
+// handler, say, answers after its side effects went out. It is seed 004's
+// "control message" way, for writes that do not come from a message: the
+// commit itself signals the relay, with the transaction's message ids.
+// Publishing failures are logged by the relay and left to its workers,
+// never returned: the transaction stands.
+func (w *Writer[TTx]) TransactAndPublish(ctx context.Context, relay *Relay, fn func(ctx context.Context, tx TTx) error) error {
+	fnCtx, wrote := withWritten(ctx)
+	if err := w.Transact(ctx, func(tx TTx) error { return fn(fnCtx, tx) }); err != nil {
+		return err
+	}
+	wrote.mu.Lock()
+	ids := wrote.byTable[relay.store.Name()]
+	wrote.mu.Unlock()
+	_, _ = relay.PublishNow(ctx, ids...)
+	return nil
+}

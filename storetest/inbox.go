@@ -342,7 +342,8 @@ func (p *idPublisher) published() []uuid.UUID {
 	return slices.Clone(p.ids)
 }
 
-// testInboxPublishesOutgoingAtOnce is seed 004's "incoming message" way:
+// testInboxPublishesOutgoingAtOnce is seed 004's "incoming message" way
+// (and Writer.TransactAndPublish its "control message" way):
 // with PublishOutgoing, the messages a handler writes are published before
 // Handle returns, with no relay running; and a duplicate delivery of a
 // message whose first handling stopped after its commit publishes what that
@@ -384,5 +385,15 @@ func testInboxPublishesOutgoingAtOnce[TTx any](t *testing.T, h InboxHarness[TTx]
 	st, err := h.Outbox.(outboxdriver.Admin).Stats(t.Context())
 	if err != nil || st.Pending != 0 {
 		t.Fatalf("outbox after both: %+v, %v; want nothing pending (both recorded as published)", st, err)
+	}
+
+	// A write that does not come from a message: the transaction's own
+	// messages go out before TransactAndPublish returns.
+	third := &outbox.Message{Topic: "orders.placed", Payload: []byte("{}")}
+	if err := h.Writer.TransactAndPublish(t.Context(), relay, func(ctx context.Context, tx TTx) error { return h.Writer.Write(ctx, tx, third) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := pub.published(); !slices.Contains(got, third.ID) {
+		t.Fatalf("published when TransactAndPublish returned: %v; want %s", got, third.ID)
 	}
 }
