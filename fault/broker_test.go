@@ -34,8 +34,9 @@ const unavailableLog = "destination unavailable"
 
 // toRabbitMQ makes the scenario's relays publish to a fresh exchange whose
 // durable queue keeps every message, across broker restarts too; the check
-// reads the queue once the relays are stopped.
-func (s *scenario) toRabbitMQ(brokerURL string) {
+// reads the queue once the relays are stopped. It returns the exchange and
+// queue.
+func (s *scenario) toRabbitMQ(brokerURL string) amqptest.Destination {
 	t := s.t
 	d := amqptest.Declare(t, brokerURL)
 	u, err := url.Parse(brokerURL)
@@ -78,14 +79,16 @@ func (s *scenario) toRabbitMQ(brokerURL string) {
 		}
 		return ids
 	}
+	return d
 }
 
 // toNATS makes the scenario's relays publish to a fresh JetStream stream on
 // srv, stored in files so that it survives a restart of the server; the
 // check reads the stream once the relays are stopped. The stream drops a
 // message published again within its duplicate window (2 minutes), by its
-// Nats-Msg-Id, so duplicates from the relays rarely show in the count.
-func (s *scenario) toNATS(srv *natstest.Server) {
+// Nats-Msg-Id, so duplicates from the relays rarely show in the count. It
+// returns the stream's name.
+func (s *scenario) toNATS(srv *natstest.Server) string {
 	t := s.t
 	admin := srv.JetStream(t)
 	stream, prefix := natstest.NewStream(t, admin, jetstream.StreamConfig{Storage: jetstream.FileStorage})
@@ -134,12 +137,14 @@ func (s *scenario) toNATS(srv *natstest.Server) {
 		}
 		return ids
 	}
+	return stream
 }
 
 // brokerOutage runs writers and two relays publishing to the scenario's
 // broker, calls stop once the relays are publishing, waits until the relays
 // have failed batches against the stopped broker, calls start, and checks
-// that the relays rode out the outage and nothing was lost.
+// that the relays rode out the outage and nothing was lost, and that the
+// scenario's consumer, running throughout, applied each message once.
 func brokerOutage(t *testing.T, s *scenario, total int, stop, start func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -190,7 +195,7 @@ func TestFaultRabbitMQRestartedMidRun(t *testing.T) {
 	broker := amqptest.Restartable(t)
 	s := newScenario(t, "RabbitMQ restart, 20k msgs, 2 relays, key order")
 	s.ordered = true
-	s.toRabbitMQ(broker.URL)
+	s.consumeRabbitMQ(broker.URL, s.toRabbitMQ(broker.URL))
 	brokerOutage(t, s, 20000, func() { broker.Stop(t) }, func() { broker.Start(t) })
 }
 
@@ -200,7 +205,7 @@ func TestFaultRabbitMQRestartedMidRun(t *testing.T) {
 func TestFaultNATSRestartedMidRun(t *testing.T) {
 	srv := natstest.Start(t)
 	s := newScenario(t, "NATS restart, 10k msgs, 2 relays")
-	s.toNATS(srv)
+	s.consumeNATS(srv, s.toNATS(srv))
 	brokerOutage(t, s, 10000, srv.Shutdown, func() {
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
@@ -211,7 +216,8 @@ func TestFaultNATSRestartedMidRun(t *testing.T) {
 // stalledBrokerLink puts a TCP proxy that stops forwarding (without closing)
 // between one relay and the scenario's broker: that relay's publishes get no
 // answer, its batches time out before their leases end, and a second relay,
-// on a direct link, publishes everything. Asked to stop while the link still
+// on a direct link, publishes everything. The scenario's consumer, on a
+// direct link too, consumes throughout. Asked to stop while the link still
 // stalls, the first relay must exit within a bound: a publish or a close
 // that waits for the broker without a deadline would keep it until the
 // client library notices the dead connection by itself, if ever. The
@@ -293,7 +299,7 @@ func logSummary(log string) string {
 func TestFaultStalledRabbitMQLink(t *testing.T) {
 	brokerURL := amqptest.URL(t)
 	s := newScenario(t, "stalled relay-RabbitMQ link, 5k msgs")
-	s.toRabbitMQ(brokerURL)
+	s.consumeRabbitMQ(brokerURL, s.toRabbitMQ(brokerURL))
 	// Heartbeats every 60s, RabbitMQ's default: amqp091 gives up on a silent
 	// connection after three of them, so only the publisher's own deadlines
 	// can end a stalled publish in time.
@@ -304,6 +310,7 @@ func TestFaultStalledRabbitMQLink(t *testing.T) {
 func TestFaultStalledNATSLink(t *testing.T) {
 	s := newScenario(t, "stalled relay-NATS link, 5k msgs, key order")
 	s.ordered = true
-	s.toNATS(natstest.Start(t))
+	srv := natstest.Start(t)
+	s.consumeNATS(srv, s.toNATS(srv))
 	stalledBrokerLink(t, s, "")
 }

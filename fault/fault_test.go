@@ -3,14 +3,17 @@
 // Package fault is the fault-injection suite: relay processes killed at random
 // moments, the database stopped and restarted, RabbitMQ and NATS stopped and
 // restarted under relays publishing to them, stalled connections to the
-// database and to the brokers. Every scenario ends with the same invariant
-// check: every committed message delivered, no rolled-back message delivered,
-// duplicates only from batches in flight at a fault, counted and bounded,
-// each key's messages in commit order where the relays run --order-by-key,
-// and a consumer's inbox applying each delivered message once. Run
-// it with scripts/fault (it needs a PostgreSQL it may stop: TEST_PG_CTL,
-// TEST_PGDATA, TEST_PG_RUNAS; and a RabbitMQ it may stop: TEST_AMQP_URL,
-// TEST_RABBITMQ_CTL). broker_test.go holds the broker scenarios.
+// database and to the brokers, consumer processes killed at random moments.
+// Every scenario ends with the same invariant check: every committed message
+// delivered, no rolled-back message delivered, duplicates only from batches
+// in flight at a fault, counted and bounded, each key's messages in commit
+// order where the relays run --order-by-key, and a consumer's inbox applying
+// each delivered message once. In the broker scenarios that consumer is a
+// consumer adapter (outboxamqp.Consume, outboxnats.Consume) running through
+// the fault. Run it with scripts/fault (it needs a PostgreSQL it may stop:
+// TEST_PG_CTL, TEST_PGDATA, TEST_PG_RUNAS; and a RabbitMQ it may stop:
+// TEST_AMQP_URL, TEST_RABBITMQ_CTL). broker_test.go holds the broker
+// scenarios, consumer_test.go the consumers.
 package fault
 
 import (
@@ -39,13 +42,21 @@ import (
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
-// report collects one line per scenario, printed after all tests.
+// report collects one line per scenario, printed after all tests. Its
+// consumer column says what applied the messages through the inbox: the
+// consumer adapter that ran through the scenario (outboxamqp, outboxnats;
+// "nats 2 procs" for consumer processes), or "direct" where the check hands
+// the arrivals to the inbox itself (checkInbox); inbox skips counts the
+// deliveries the inbox skipped as applied before.
 var report struct {
 	sync.Mutex
 	lines []struct{ name, counts string }
 }
 
 func TestMain(m *testing.M) {
+	if code, ok := runChild(); ok {
+		os.Exit(code) // a consumer process of a scenario, not a test run
+	}
 	code := m.Run()
 	report.Lock()
 	sort.Slice(report.lines, func(i, j int) bool { return report.lines[i].name < report.lines[j].name })
@@ -54,7 +65,7 @@ func TestMain(m *testing.M) {
 		width = max(width, len(l.name))
 	}
 	fmt.Println("\nfault suite report")
-	fmt.Printf("%-*s %9s %9s %7s %10s %6s %10s %11s\n", width, "scenario", "committed", "ambiguous", "faults", "duplicates", "bound", "key order", "inbox skips")
+	fmt.Printf("%-*s %9s %9s %7s %10s %6s %10s %-12s %11s\n", width, "scenario", "committed", "ambiguous", "faults", "duplicates", "bound", "key order", "consumer", "inbox skips")
 	for _, l := range report.lines {
 		fmt.Printf("%-*s %s\n", width, l.name, l.counts)
 	}
@@ -87,6 +98,13 @@ type scenario struct {
 	// ordered runs the relays with --order-by-key, and the check then
 	// verifies that each key's messages arrived in commit order.
 	ordered bool
+	// consumer, if set, consumes from the broker while the scenario runs
+	// and applies each message through an inbox; the check settles it.
+	// Without one, the check hands the arrivals to an inbox (checkInbox).
+	consumer consumer
+	// writePause is how long each writer pauses after a commit: a steady
+	// flow of messages instead of as many as the database takes.
+	writePause time.Duration
 
 	mu         sync.Mutex
 	committed  []uuid.UUID          // commit returned nil: must be delivered
@@ -154,13 +172,6 @@ func (s *scenario) startRelayTo(url, publisher string, extra ...string) *clitest
 		out = s.out
 	}
 	return clitest.StartRelayTo(s.t, publisher, out, args...)
-}
-
-// committedCount returns how many messages are known committed so far.
-func (s *scenario) committedCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.committed)
 }
 
 // failedAttempts counts pending messages that failed to publish at least
@@ -243,6 +254,7 @@ func (s *scenario) write(ctx context.Context, total, writers int) error {
 					time.Sleep(50 * time.Millisecond) // the database is away: do not spin
 				} else {
 					w.Notify()
+					time.Sleep(s.writePause)
 				}
 			}
 		})
@@ -273,7 +285,8 @@ func (s *scenario) drain(timeout time.Duration) {
 // check verifies the invariants and records the scenario in the report:
 // every committed message delivered, no rolled-back one, duplicates within
 // bound, each key's messages in commit order if the relays ran ordered, and
-// a consumer's inbox applying each delivered message once.
+// a consumer's inbox applying each delivered message once: the scenario's
+// consumer, which applied them while it ran, or else checkInbox.
 func (s *scenario) check(faults, bound int) {
 	s.t.Helper()
 	arrivals := s.delivered()
@@ -310,8 +323,17 @@ func (s *scenario) check(faults, bound int) {
 	if s.ordered {
 		order = fmt.Sprintf("%d keys", s.checkKeyOrder(arrivals))
 	}
-	redelivered := s.checkInbox(arrivals)
-	line := fmt.Sprintf("%9d %9d %7d %10d %6d %10s %11d", len(s.committed), len(s.ambiguous), faults, duplicates, bound, order, redelivered)
+	delivered := make(map[uuid.UUID]bool, len(counts))
+	for id := range counts {
+		delivered[id] = true
+	}
+	by, skipped := "direct", 0
+	if s.consumer != nil {
+		by, skipped = s.consumer.label(), s.consumer.settle(delivered)
+	} else {
+		skipped = s.checkInbox(arrivals, delivered)
+	}
+	line := fmt.Sprintf("%9d %9d %7d %10d %6d %10s %-12s %11d", len(s.committed), len(s.ambiguous), faults, duplicates, bound, order, by, skipped)
 	report.Lock()
 	report.lines = append(report.lines, struct{ name, counts string }{s.name, line})
 	report.Unlock()
@@ -413,13 +435,22 @@ func pgControl(t *testing.T) func(args ...string) {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !waitUntil(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// waitUntil polls cond until it holds or timeout has passed, and reports
+// whether it held.
+func waitUntil(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return true
 }
 
 // TestFaultStalledDatabaseConnection puts a TCP proxy that stops forwarding

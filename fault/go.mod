@@ -7,11 +7,13 @@ require (
 	github.com/go-outbox/outbox/internal/amqptest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/natstest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/pgtest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxamqp v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxnats v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxpg v0.0.0-00010101000000-000000000000
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats.go v1.55.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 )
 
 require (
@@ -26,7 +28,6 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
-	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
@@ -41,6 +42,8 @@ replace github.com/go-outbox/outbox/internal/amqptest => ../internal/amqptest
 replace github.com/go-outbox/outbox/internal/natstest => ../internal/natstest
 
 replace github.com/go-outbox/outbox/internal/pgtest => ../internal/pgtest
+
+replace github.com/go-outbox/outbox/outboxamqp => ../outboxamqp
 
 replace github.com/go-outbox/outbox/outboxnats => ../outboxnats
 
