@@ -180,3 +180,32 @@ func Unavailable(err error) error {
 
 // IsUnavailable reports whether err was marked with Unavailable.
 func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
+
+// ErrHeldBack is in the chain of errors marked with HeldBack.
+var ErrHeldBack = errors.New("held back, not tried")
+
+type heldBackError struct{ err error }
+
+func (e *heldBackError) Error() string { return e.err.Error() }
+func (e *heldBackError) Unwrap() []error {
+	return []error{e.err, ErrHeldBack}
+}
+
+// HeldBack marks err as the outcome of a message the publisher did not try
+// to send: an earlier message of its key in the batch failed (sending it
+// would break the key's order), or the destination asked to wait
+// (RetryAfter). The relay counts no attempt for it: it hands the message
+// back as it was, due again at once (in key order, behind the message that
+// failed), or after the delay if err carries one (RetryAfter). The relay
+// treats every failed message that follows a failure of its key in a batch
+// so, whatever its error, since none of them can be published before the
+// failed one. Permanent wins over HeldBack. HeldBack(nil) is nil.
+func HeldBack(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &heldBackError{err: err}
+}
+
+// IsHeldBack reports whether err was marked with HeldBack.
+func IsHeldBack(err error) bool { return errors.Is(err, ErrHeldBack) }

@@ -70,12 +70,14 @@ const (
 	// OutcomeDead: the relay dead-lettered the message (a permanent error,
 	// or its last attempt failed).
 	OutcomeDead Outcome = "dead"
-	// OutcomePostponed: the destination was unavailable; the message waits
-	// without an attempt counted.
+	// OutcomePostponed: the destination was unavailable, or asked to wait,
+	// or the message was held back behind a failed message of its key; it
+	// waits without an attempt counted.
 	OutcomePostponed Outcome = "postponed"
 	// OutcomeReleased: the relay stopped, or its lease ran short, before
-	// the message was published; it is due again at once, no attempt
-	// counted.
+	// the message was published, or it was held back untried behind a
+	// message of its key; it is due again at once (in key order, behind
+	// that message), no attempt counted.
 	OutcomeReleased Outcome = "released"
 )
 

@@ -58,7 +58,11 @@ type Handler func(ctx context.Context, m Message) error
 
 // Handlers is a Publisher that calls the handler registered for each message's
 // topic, one message at a time in batch order. A message whose topic has no
-// handler fails permanently. Register handlers before the relay starts.
+// handler fails permanently. After a handler fails (other than permanently),
+// the later messages of the same non-empty key in the batch are not handled:
+// they fail with an error marked HeldBack, so a key's messages are handled in
+// order and the relay counts no attempt for them. Register handlers before
+// the relay starts.
 type Handlers struct {
 	mu      sync.RWMutex
 	byTopic map[string]Handler
@@ -77,7 +81,12 @@ func (hs *Handlers) Handle(topic string, h Handler) {
 // Publish runs the handlers; see Handlers.
 func (hs *Handlers) Publish(ctx context.Context, batch []Message) []error {
 	errs := make([]error, len(batch))
+	failed := map[string]int{} // key -> index of its first failure
 	for i := range batch {
+		if first, ok := failed[batch[i].Key]; ok && batch[i].Key != "" {
+			errs[i] = HeldBack(fmt.Errorf("not handled: message %s of the same key failed before it", batch[first].ID))
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			for j := i; j < len(batch); j++ {
 				errs[j] = err
@@ -91,7 +100,9 @@ func (hs *Handlers) Publish(ctx context.Context, batch []Message) []error {
 			errs[i] = Permanent(fmt.Errorf("no handler for topic %q", batch[i].Topic))
 			continue
 		}
-		errs[i] = callHandler(ctx, h, batch[i])
+		if errs[i] = callHandler(ctx, h, batch[i]); errs[i] != nil && !IsPermanent(errs[i]) {
+			failed[batch[i].Key] = i
+		}
 	}
 	return errs
 }

@@ -252,7 +252,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		if err != nil {
 			// The settlement is kept and sent again: outcomes apply only to
 			// messages still leased to its token, so a repeat is harmless.
-			pending := len(settle.Published) + len(settle.Retry) + len(settle.Dead)
+			pending := settle.Len()
 			log.Warn("outbox relay: exchange with the store failed; retrying (check that the database is up and reachable)", slog.Any("error", err), slog.Int("pending_outcomes", pending))
 			if stopping {
 				// Publishing is over, even if Run's ctx was cancelled: keep
@@ -318,7 +318,7 @@ func (r *Relay) record(ctx context.Context, log *slog.Logger, settle outboxdrive
 	r.exchanged(ctx, start, settle, 0, err)
 	if err != nil {
 		log.Warn("outbox relay: recording outcomes failed; they are sent again with the next claim (check that the database is up and reachable)",
-			slog.Any("error", err), slog.Int("outcomes", len(settle.Published)+len(settle.Retry)+len(settle.Dead)))
+			slog.Any("error", err), slog.Int("outcomes", settle.Len()))
 		return false
 	}
 	return true
@@ -332,7 +332,7 @@ func (r *Relay) exchanged(ctx context.Context, start time.Time, settle outboxdri
 	}
 	r.cfg.Observer.Exchanged(ctx, Exchange{
 		Table: r.store.Name(), Duration: time.Since(start), Err: err, Claimed: claimed,
-		Recorded: len(settle.Published) + len(settle.Retry) + len(settle.Dead),
+		Recorded: settle.Len(),
 	})
 }
 
@@ -388,7 +388,11 @@ const storeCallTimeout = 15 * time.Second
 // results into a settlement. Messages left unpublished because the relay is
 // stopping, or because the claim's answer came too late in its lease, are
 // released at once; messages whose destination was unavailable (reported
-// true) are postponed by pause. Neither counts an attempt.
+// true) are postponed by pause; messages the publisher held back, and those
+// that follow in the batch a failed message of their key (the rest of a
+// key's run, in key order), go back untried. None of these counts an
+// attempt. A batch holds a key's messages in insert order (the store's
+// claim sees to it in key order), and publishers keep that order.
 func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, claimed time.Time, pause time.Duration) (settle outboxdriver.Settlement, unavailable bool) {
 	// Stop publishing before the lease ends, so no other relay can claim a
 	// message this one is still publishing. The lease counts from the
@@ -419,9 +423,17 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 	settle = outboxdriver.Settlement{Token: token, KeepPublished: r.cfg.Retention > 0}
 	var release []uuid.UUID
 	aborted := ctx.Err() != nil
+	// failed holds the keys of which a message failed in this batch and
+	// will be tried again, with the delay before that: what follows it of
+	// its key was not (or must be taken as not) tried, and goes back
+	// without an attempt, due no sooner than the failed one.
+	failed := map[string]time.Duration{}
 	for i, err := range results {
 		m := &batch[i]
 		var outcome Outcome
+		behind, keyFailed := failed[m.Key]
+		keyFailed = keyFailed && m.Key != ""
+		heldBack := err != nil && !IsPermanent(err) && (IsHeldBack(err) || keyFailed)
 		switch {
 		case err == nil:
 			outcome = OutcomePublished
@@ -441,6 +453,8 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 			// first, every time (TestFaultStalledRabbitMQLink).
 			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: pause / 2, Error: err.Error(), Unsent: true})
 			unavailable = true
+		case heldBack:
+			outcome = holdBack(&settle, m, err, behind)
 		case IsPermanent(err):
 			outcome = OutcomeDead
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: err.Error()})
@@ -458,12 +472,44 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 			}
 			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: delay, Error: err.Error()})
 		}
+		if err != nil && outcome != OutcomeDead && !keyFailed {
+			failed[m.Key] = lastDelay(&settle, m.ID)
+		}
 		r.cfg.Observer.Settled(ctx, r.store.Name(), m, outcome, err)
 	}
 	if len(release) > 0 {
 		r.releaseIDs(ctx, token, release)
 	}
 	return settle, unavailable
+}
+
+// holdBack records m, which was not tried (err says why), to go back
+// without an attempt: postponed by the longer of the delay err asks for
+// (RetryAfter) and behind, the delay of the message of its key that failed
+// before it in the batch; released, in its place, when both are zero. So
+// the rest of a key's run waits as long as the message that failed (in key
+// order it could not go sooner anyway), and, without key order, a failing
+// key's messages are not claimed again and again while it waits.
+func holdBack(settle *outboxdriver.Settlement, m *Message, err error, behind time.Duration) Outcome {
+	delay := behind
+	if after, ok := RetryAfterOf(err); ok {
+		delay = max(delay, after)
+	}
+	if delay <= 0 {
+		settle.Release = append(settle.Release, m.ID)
+		return OutcomeReleased
+	}
+	settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: delay, Error: err.Error(), Unsent: true})
+	return OutcomePostponed
+}
+
+// lastDelay returns the delay of id's retry if it is the last one in
+// settle, and 0 otherwise (released).
+func lastDelay(settle *outboxdriver.Settlement, id uuid.UUID) time.Duration {
+	if n := len(settle.Retry); n > 0 && settle.Retry[n-1].ID == id {
+		return settle.Retry[n-1].Delay
+	}
+	return 0
 }
 
 // release gives batch's leases back, so the messages are due again at once

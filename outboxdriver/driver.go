@@ -131,6 +131,15 @@ type Store interface {
 }
 
 // Claim asks a Store to lease due messages.
+//
+// In key order (a store's OrderByKey option) a claim takes a key's message
+// only as the start of a run: the head of the key (its oldest pending
+// message) when it is due and not leased, and then the key's consecutive
+// due messages after it, in insert order, up to the batch's share of the
+// key. The claim returns each key's run in insert order, so a publisher that
+// keeps the batch's order within a key publishes the key in order; the rest
+// of a run behind a message that failed goes back with Settlement.Release.
+// No two claims hold messages of one key at once.
 type Claim struct {
 	// Limit is the most messages to lease; 0 claims nothing.
 	Limit int
@@ -144,11 +153,18 @@ type Claim struct {
 // OrderByKey option) visits to find the head of each, the oldest pending
 // message of its key: the claim walks the key index from key to key, in key
 // order, for at most this many keys with pending messages, so its cost does
-// not grow with the number of keys. The heads of keys beyond the walk are
-// found among the first due messages, as the front of the queue moves. Every
-// store uses this bound, so a table behaves alike whichever store claims
-// from it.
+// not grow with the number of keys. Messages without a key, and the heads
+// of keys beyond the walk, are found among the oldest and the newest due
+// messages (KeyWindow of each). Every store uses these bounds, so a table
+// behaves alike whichever store claims from it.
 const KeyWalkLimit = 1024
+
+// KeyWindow is how many of the oldest due messages, and how many of the
+// newest, a claim in key order looks at besides its walk of the keys: the
+// messages without a key and the heads among them are claimed with the
+// walk's heads, so a message without a key, or of a key the walk has not
+// reached, is not left to wait for the whole backlog of the other keys.
+const KeyWindow = 100
 
 // Settlement is the outcome of publishing one batch, grouped by kind so a
 // store records each kind with one statement.
@@ -165,11 +181,21 @@ type Settlement struct {
 	Retry []Retry
 	// Dead lists messages that failed for good; each counts one attempt.
 	Dead []Failure
+	// Release lists messages handed back untried, such as the rest of a
+	// key's run after one of its messages failed: their leases end and
+	// nothing else changes (no attempt, no error, the same place in the
+	// queue), as Store.Release does, but within the exchange.
+	Release []uuid.UUID
 }
 
 // Empty reports whether the settlement records nothing.
 func (s *Settlement) Empty() bool {
-	return len(s.Published) == 0 && len(s.Retry) == 0 && len(s.Dead) == 0
+	return s.Len() == 0
+}
+
+// Len counts the outcomes the settlement records.
+func (s *Settlement) Len() int {
+	return len(s.Published) + len(s.Retry) + len(s.Dead) + len(s.Release)
 }
 
 // Retry is a failed attempt to be retried after Delay (measured from the

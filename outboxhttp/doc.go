@@ -112,12 +112,15 @@
 // # Concurrency and order
 //
 // One Publish call (one relay batch) has up to Config.Concurrency requests in
-// flight, so messages of a batch, those of one key included, reach the
-// endpoint in no particular order, and the relay itself may run several
-// batches at once (outbox.Config.Workers). With Config.Sequential a batch is
-// sent one message at a time in order, and a retryable failure holds back
-// the batch's later messages of the same key. That keeps order within a
-// batch only: across batches and retries, order per key is the relay's
-// business (its ordering mode); without it, a retried message can arrive
-// after later messages of its key.
+// flight, so messages of different keys reach the endpoint in no particular
+// order, and the relay itself may run several batches at once
+// (outbox.Config.Workers). The messages of one key are sent one at a time in
+// batch order, and a retryable failure holds back the batch's later messages
+// of the same key: they are not sent, and the relay counts no attempt for
+// them (outbox.HeldBack), nor for messages not sent because the endpoint
+// asked to wait (Retry-After). With Config.Sequential the whole batch is sent
+// one message at a time in order. That keeps order within a batch only:
+// across batches and retries, order per key is the relay's business (its
+// ordering mode, where a batch carries a key's run in order); without it, a
+// retried message can arrive after later messages of its key.
 package outboxhttp

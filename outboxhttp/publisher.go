@@ -79,8 +79,11 @@ type Config struct {
 	// Client.Timeout, if set, applies next to Timeout.
 	Client *http.Client
 	// Concurrency is how many requests one Publish call (one relay batch)
-	// has in flight at most; zero means ConcurrencyDefault. Messages of a
-	// batch are therefore sent in no particular order; see Sequential.
+	// has in flight at most; zero means ConcurrencyDefault. Messages of
+	// different keys (and those without a key) are therefore sent in no
+	// particular order; the messages of one key go one at a time, in batch
+	// order, and a retryable failure holds back the later ones. See
+	// Sequential.
 	Concurrency int
 	// Logger receives, at error level, one line per batch, endpoint and
 	// status that blames the publisher's configuration (401, 403, 404...;
@@ -98,9 +101,10 @@ type Config struct {
 	// publisher copies it.
 	Secret []byte
 	// Sequential sends a batch's messages one at a time in batch order
-	// (Concurrency is ignored), and after a retryable failure does not send
-	// the later messages of the same non-empty key in that batch, so a
-	// receiver never gets a key's messages out of order from one batch.
+	// (Concurrency is ignored), across keys too. Within a key the order is
+	// kept either way: after a retryable failure the later messages of the
+	// same non-empty key in that batch are not sent, so a receiver never
+	// gets a key's messages out of order from one batch.
 	Sequential bool
 	// Timeout bounds each request, from connecting to reading the response
 	// headers and the start of the body; zero means TimeoutDefault. A
@@ -252,7 +256,10 @@ func (p *Publisher) Close() error {
 
 // Publish posts the batch, Config.Concurrency requests at a time (one at a
 // time with Config.Sequential), and returns each message's outcome; see the
-// package documentation.
+// package documentation. The messages of one non-empty key go one after the
+// other in batch order, and a retryable failure holds back the batch's later
+// messages of its key: they are not sent, and fail with an error marked
+// outbox.HeldBack, so the relay counts no attempt for them.
 func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))
 	if p.closed.Load() {
@@ -265,21 +272,26 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 	rej := &rejections{}
 	defer rej.log(p.cfg.Logger)
 	if p.cfg.Sequential {
-		p.publishInOrder(ctx, batch, errs, th, rej)
+		all := make([]int, len(batch))
+		for i := range all {
+			all[i] = i
+		}
+		p.publishInOrder(ctx, batch, all, errs, th, rej)
 		return errs
 	}
+	lanes := lanesOf(batch)
 	var (
 		next    atomic.Int64
 		senders sync.WaitGroup
 	)
-	for range min(p.cfg.Concurrency, len(batch)) {
+	for range min(p.cfg.Concurrency, len(lanes)) {
 		senders.Go(func() {
 			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(batch) {
+				l := int(next.Add(1)) - 1
+				if l >= len(lanes) {
 					return
 				}
-				errs[i] = p.send(ctx, &batch[i], th, rej)
+				p.publishInOrder(ctx, batch, lanes[l], errs, th, rej)
 			}
 		})
 	}
@@ -287,23 +299,37 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 	return errs
 }
 
-// publishInOrder sends one message at a time; a retryable failure holds back
-// the later messages of its key.
-func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, errs []error, th *throttle, rej *rejections) {
-	failed := map[string]int{} // key -> index of its first retryable failure
+// lanesOf splits a batch into what may go concurrently: each message
+// without a key alone, and the messages of each key together, in batch
+// order. Lanes come in the order of their first message.
+func lanesOf(batch []outbox.Message) [][]int {
+	var lanes [][]int
+	byKey := map[string]int{} // key -> its lane
 	for i := range batch {
+		k := batch[i].Key
+		if k == "" {
+			lanes = append(lanes, []int{i})
+			continue
+		}
+		l, ok := byKey[k]
+		if !ok {
+			l = len(lanes)
+			byKey[k] = l
+			lanes = append(lanes, nil)
+		}
+		lanes[l] = append(lanes[l], i)
+	}
+	return lanes
+}
+
+// publishInOrder sends batch[i] for each i of idx, one at a time; a
+// retryable failure holds back the later messages of its key.
+func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, idx []int, errs []error, th *throttle, rej *rejections) {
+	failed := map[string]int{} // key -> index of its first retryable failure
+	for _, i := range idx {
 		m := &batch[i]
 		if first, ok := failed[m.Key]; ok && m.Key != "" {
-			var err error = p.notSent(m, fmt.Errorf("held back to keep the key's order: message %s of the same key failed before it", batch[first].ID))
-			if d, ok := outbox.RetryAfterOf(errs[first]); ok {
-				err = outbox.RetryAfter(err, d)
-			}
-			if outbox.IsUnavailable(errs[first]) {
-				// Like the first, no attempt: an outage must not use up
-				// the attempts of the later messages of its key.
-				err = outbox.Unavailable(err)
-			}
-			errs[i] = err
+			errs[i] = p.heldBack(m, &batch[first], errs[first])
 			continue
 		}
 		errs[i] = p.send(ctx, m, th, rej)
@@ -311,6 +337,21 @@ func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, 
 			failed[m.Key] = i
 		}
 	}
+}
+
+// heldBack is the error of m, not sent because first, a message of its key
+// before it in the batch, failed with firstErr: marked HeldBack, so no
+// attempt counts, with first's Retry-After, or marked Unavailable like
+// first's, so an outage pauses the relay for it too.
+func (p *Publisher) heldBack(m, first *outbox.Message, firstErr error) error {
+	var err error = p.notSent(m, fmt.Errorf("held back to keep the key's order: message %s of the same key failed before it", first.ID))
+	if d, ok := outbox.RetryAfterOf(firstErr); ok {
+		err = outbox.RetryAfter(err, d)
+	}
+	if outbox.IsUnavailable(firstErr) {
+		return outbox.Unavailable(err)
+	}
+	return outbox.HeldBack(err)
 }
 
 // send posts one message and classifies the outcome.
@@ -328,8 +369,9 @@ func (p *Publisher) send(ctx context.Context, m *outbox.Message, th *throttle, r
 		return pe
 	}
 	if d, ok := th.wait(ep.url); ok {
+		// Not sent: no attempt counts, and the message waits as asked.
 		pe.Err = fmt.Errorf("not sent: the endpoint asked to retry after %v", d.Round(time.Millisecond))
-		return outbox.RetryAfter(pe, d)
+		return outbox.HeldBack(outbox.RetryAfter(pe, d))
 	}
 	reqCtx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()

@@ -312,11 +312,23 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 	// topic's max.message.bytes, or one it cannot accept (a record without
 	// a key on a compacted topic), fails every record batched with it. Send
 	// each record so refused alone, to learn which one is at fault.
+	// A key's records stay in batch order: once one of them failed for
+	// another reason, the key's later records are not sent again alone
+	// (the relay holds them back without an attempt).
 	if sent > 1 {
+		failedKeys := map[string]bool{}
 		for i, err := range errs {
+			key := batch[i].Key
 			if records[i] != nil && refusesBatch(err) && ctx.Err() == nil {
+				if key != "" && failedKeys[key] {
+					errs[i] = outbox.HeldBack(fmt.Errorf("not produced again: an earlier record of key %q in the batch failed", key))
+					continue
+				}
 				records[i] = record(topics[i], &batch[i])
 				p.produce(ctx, records[i:i+1], errs[i:i+1])
+			}
+			if errs[i] != nil && !refusesBatch(errs[i]) && !errors.Is(errs[i], kerr.InvalidTopicException) {
+				failedKeys[key] = true
 			}
 		}
 	}

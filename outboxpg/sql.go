@@ -48,51 +48,37 @@ func newStatements(n names, orderByKey bool) statements {
 	// kills it commits.
 	headOfKey := ""
 	if orderByKey {
+		// The probe reads the key index backwards from the message: a
+		// message held behind its head meets its pending predecessor
+		// first. Read forwards, it would step over every entry the key's
+		// published messages left in the index until vacuum removes them:
+		// with a hot key, tens of thousands per check.
 		headOfKey = `
-		AND (o.key = '' OR NOT EXISTS (
-			SELECT FROM ` + n.qTable + ` AS e
-			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.seq < o.seq))`
+		AND (o.key = '' OR (
+			SELECT e.seq FROM ` + n.qTable + ` AS e
+			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.seq < o.seq
+			ORDER BY e.seq DESC LIMIT 1) IS NULL)`
 	}
-	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey)
+	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey,
+		"{walk_limit}", strconv.Itoa(outboxdriver.KeyWalkLimit), "{window}", strconv.Itoa(outboxdriver.KeyWindow),
+		"{message_columns}", messageColumns)
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
 
-	// The claim's candidates: the due rows at the head of the pending
-	// index, and in key order also the head of every key.
-	claimWith, claimCandidates := "WITH", `
+	claim := sql(`
+WITH c AS MATERIALIZED (
 	SELECT ctid FROM {t} AS o
 	WHERE status = 'pending' AND available_at <= now()
-		AND (locked_until IS NULL OR locked_until <= now()){head_of_key}`
-	if orderByKey {
-		// Scanning the pending index in due order would read past every
-		// message held back behind its key's head: with few keys and a
-		// deep backlog, nearly the whole table per claim. So the
-		// candidates are the first due rows (at most 100: messages without
-		// a key, and the heads among them) plus the head of each key,
-		// found by walking the key index from key to key (a loose index
-		// scan: two probes per key), for at most outboxdriver.KeyWalkLimit
-		// keys in key order. Keys beyond that are reached as the front of
-		// the queue moves. On a backlog of 50,000 over 64 keys
-		// (BenchmarkRelayDrainKeyOrder, docs/benchmarks.md) the plain
-		// scan drained 150 msgs/s, this about 7,000.
-		claimWith = `WITH RECURSIVE walk (key, n) AS (
-	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
-	UNION ALL
-	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
-	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < ` + strconv.Itoa(outboxdriver.KeyWalkLimit) + `
-), candidate AS (
-	SELECT (SELECT e.ctid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.seq LIMIT 1) AS ctid
-	FROM walk AS w WHERE w.key IS NOT NULL
-	UNION
-	(SELECT ctid FROM {t} WHERE status = 'pending' AND available_at <= now()
 		AND (locked_until IS NULL OR locked_until <= now())
 	ORDER BY available_at, id
-	LIMIT least($3, 100))
-),`
-		claimCandidates = `
-	SELECT ctid FROM {t} AS o
-	WHERE ctid = ANY(ARRAY(SELECT ctid FROM candidate))
-		AND status = 'pending' AND available_at <= now()
-		AND (locked_until IS NULL OR locked_until <= now()){head_of_key}`
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+)
+UPDATE {t} AS t
+SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
+WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM c))
+RETURNING ` + messageColumns)
+	if orderByKey {
+		claim = sql(keyOrderClaim)
 	}
 
 	insert := `
@@ -167,15 +153,7 @@ WHERE t.id = d.id AND t.lease_token = $3`),
 		// the statement began (a release, say), the TID scan does not see it
 		// and skips the row: the batch is one short and the row stays free
 		// for the next claim. RETURNING has no order: the caller sorts.
-		claim: sql(claimWith + ` c AS MATERIALIZED (` + claimCandidates + `
-	ORDER BY available_at, id
-	LIMIT $3
-	FOR UPDATE SKIP LOCKED
-)
-UPDATE {t} AS t
-SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
-WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM c))
-RETURNING ` + messageColumns),
+		claim: claim,
 		release: sql(`
 UPDATE {t} SET locked_until = NULL, lease_token = NULL
 WHERE id = ANY($1::uuid[]) AND lease_token = $2 AND status = 'pending'`),
@@ -229,3 +207,125 @@ WHERE status = 'dead'`),
 		discardDead: sql(`DELETE FROM {t} WHERE status = 'dead' AND id = ANY($1::uuid[])`),
 	}
 }
+
+// keyOrderClaim is the claim in key order ($1 lease in microseconds, $2
+// token, $3 limit). It leases runs: the head of a key (no earlier message of
+// the key pending) when it is due and not leased, then the key's next
+// messages in seq order for as long as they are due and not leased, so that
+// a hot key is not limited to one message per claim.
+//
+// Heads come from three places, since scanning the pending index in due
+// order would read past every message held back behind its key's head (with
+// few keys and a deep backlog, nearly the whole table per claim): a walk of
+// the key index from key to key (a loose index scan: two probes per key,
+// at most outboxdriver.KeyWalkLimit keys, in key order), the oldest due
+// rows and the newest due rows (outboxdriver.KeyWindow of each: messages
+// without a key, and heads of keys beyond the walk, whether they were
+// written long ago or just now). The three lists take turns for the batch's
+// places (prio), so none of them waits for the others to run dry.
+//
+// The heads are locked first (FOR UPDATE SKIP LOCKED, as the plain claim
+// does). Only the claim that holds a head looks at its key's next messages,
+// and a head stays pending until the transaction that publishes it commits,
+// so no two claims hold messages of one key. Each key with a claimed head
+// gets a fair share of the rest of the batch (the rest divided by the keys),
+// and the share that keys with short runs leave goes, in a second pass, to
+// the keys whose runs filled their share. Rows are ranked by their place in
+// their run first (r), so a cut at the batch size leaves each run a prefix.
+// A message of a run that cannot be locked or no longer qualifies ends the
+// run there (gap): what follows it in the key waits for the next claim.
+//
+// The result is ordered so that each key's run comes in seq order, which
+// publishers keep.
+const keyOrderClaim = `
+WITH RECURSIVE walk (key, n) AS (
+	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
+	UNION ALL
+	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
+	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < {walk_limit}
+), candidate (ctid, prio) AS (
+	SELECT (SELECT e.ctid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.seq LIMIT 1), 3 * w.n + 2
+	FROM walk AS w WHERE w.key IS NOT NULL
+	UNION ALL
+	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at, id) FROM (
+		SELECT ctid, available_at, id FROM {t}
+		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
+		ORDER BY available_at, id
+		LIMIT least($3, {window})) AS oldest
+	UNION ALL
+	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at DESC, id DESC) + 1 FROM (
+		SELECT ctid, available_at, id FROM {t}
+		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
+		ORDER BY available_at DESC, id DESC
+		LIMIT least($3, {window})) AS newest
+), head AS MATERIALIZED (
+	SELECT o.ctid, o.key, o.seq, c.prio FROM {t} AS o
+	JOIN (SELECT ctid, min(prio) AS prio FROM candidate WHERE ctid IS NOT NULL GROUP BY ctid) AS c ON o.ctid = c.ctid
+	WHERE o.status = 'pending' AND o.available_at <= now()
+		AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
+	ORDER BY c.prio
+	LIMIT $3
+	FOR UPDATE OF o SKIP LOCKED
+), room AS (
+	SELECT $3 - count(*) AS places, count(*) FILTER (WHERE key <> '') AS keys FROM head
+), share AS (
+	SELECT places, CASE WHEN keys = 0 THEN 0 ELSE (places + keys - 1) / keys END AS each FROM room
+), run1 AS (
+	SELECT h.key, h.prio, f.ctid, f.seq, f.r FROM head AS h CROSS JOIN share AS s
+	CROSS JOIN LATERAL (
+		SELECT x.ctid, x.seq, x.r FROM (
+			SELECT e.ctid, e.seq, 1 + row_number() OVER w AS r,
+				bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
+			FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
+				WHERE e.status = 'pending' AND e.key <> '' AND e.key = h.key AND e.seq > h.seq
+				ORDER BY e.seq LIMIT s.each) AS e
+			WINDOW w AS (ORDER BY e.seq)) AS x
+		WHERE x.ok) AS f
+	WHERE h.key <> '' AND s.each > 0
+), full1 AS (
+	SELECT r.key, max(r.prio) AS prio, max(r.seq) AS seq, count(*) AS taken FROM run1 AS r
+	GROUP BY r.key HAVING count(*) = (SELECT each FROM share)
+), share2 AS (
+	SELECT CASE WHEN (SELECT count(*) FROM full1) = 0 THEN 0
+		ELSE (s.places - (SELECT count(*) FROM run1) + (SELECT count(*) FROM full1) - 1) / (SELECT count(*) FROM full1) END AS each
+	FROM share AS s
+), run2 AS (
+	SELECT h.key, h.prio, f.ctid, f.seq, h.taken + f.r AS r FROM full1 AS h CROSS JOIN share2 AS s
+	CROSS JOIN LATERAL (
+		SELECT x.ctid, x.seq, x.r FROM (
+			SELECT e.ctid, e.seq, 1 + row_number() OVER w AS r,
+				bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
+			FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
+				WHERE e.status = 'pending' AND e.key <> '' AND e.key = h.key AND e.seq > h.seq
+				ORDER BY e.seq LIMIT s.each) AS e
+			WINDOW w AS (ORDER BY e.seq)) AS x
+		WHERE x.ok) AS f
+	WHERE s.each > 0
+), wanted AS (
+	SELECT key, ctid, r FROM (SELECT * FROM run1 UNION ALL SELECT * FROM run2) AS u
+	ORDER BY r, prio
+	LIMIT (SELECT places FROM share)
+), follower AS MATERIALIZED (
+	SELECT o.ctid FROM {t} AS o
+	WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM wanted))
+		AND o.status = 'pending' AND o.available_at <= now()
+		AND (o.locked_until IS NULL OR o.locked_until <= now())
+	FOR UPDATE SKIP LOCKED
+), gap AS (
+	SELECT w.key, min(w.r) AS r FROM wanted AS w
+	WHERE NOT EXISTS (SELECT FROM follower AS f WHERE f.ctid = w.ctid)
+	GROUP BY w.key
+), leased AS (
+	UPDATE {t} AS t
+	SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
+	WHERE t.ctid = ANY(ARRAY(
+		SELECT ctid FROM head
+		UNION ALL
+		SELECT w.ctid FROM wanted AS w JOIN follower AS f ON f.ctid = w.ctid
+		LEFT JOIN gap AS g ON g.key = w.key
+		WHERE g.r IS NULL OR w.r < g.r))
+	RETURNING {message_columns}, t.seq
+)
+SELECT {message_columns} FROM leased
+ORDER BY min(available_at) OVER (PARTITION BY CASE WHEN key = '' THEN id::text ELSE key END),
+	CASE WHEN key = '' THEN id::text ELSE key END, seq`

@@ -45,7 +45,8 @@ type Options struct {
 	// OrderByKey makes the Store's claims keep the order of messages that
 	// share a non-empty Key: a message is claimed only when no message of
 	// its key inserted before it (by rowid; SQLite commits one transaction
-	// at a time, so that is commit order) is still pending, so a key's
+	// at a time, so that is commit order) is still pending, or together
+	// with those before it as one run in a batch, in order. So a key's
 	// messages are published one after the other, and a message waiting for
 	// its retry holds back only the rest of its key. Messages without a key
 	// are claimed as usual. Set it on the Store of every relay of the table.

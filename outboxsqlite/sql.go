@@ -21,6 +21,7 @@ type statements struct {
 	postponeHeld    string // ?1 as settleRetry's ?3; key order only
 	settleDead      string // ?1 token, ?2 [[id, error], ...]
 	claimSelect     string // ?1 now, ?2 limit
+	claimRun        string // ?1 now, ?2 key, ?3 rowid of the last message taken, ?4 limit; key order only
 	claimUpdate     string // ?1 lease end, ?2 token, ?3 ids
 	release         string // ?1 token, ?2 ids
 	nextDue         string
@@ -63,31 +64,47 @@ SELECT ` + messageColumns + ` FROM {t} AS o
 WHERE status = 'pending' AND available_at <= ?1{unleased}{head_of_key}
 ORDER BY available_at, id
 LIMIT ?2`
+	var claimRun string
 	if s.orderByKey {
-		// Scanning the pending index in due order would read past every
-		// message held back behind its key's head. So the candidates are
-		// the first due rows (at most 100: messages without a key, and the
-		// heads among them) plus the head of each key, found by walking
-		// the key index from key to key, for at most
-		// outboxdriver.KeyWalkLimit keys, as outboxpg does.
+		// In key order the claim leases runs, as outboxpg does (see
+		// keyOrderClaim there): heads first, from a walk of the key index
+		// (two probes per key, for at most outboxdriver.KeyWalkLimit keys)
+		// and from the oldest and newest due rows (outboxdriver.KeyWindow
+		// of each), the three lists taking turns for the batch's places
+		// (prio); then, in Go, the consecutive due messages of each head's
+		// key (claimRun). Everything runs under the write lock, so nothing
+		// changes in between. Each row comes with its rowid, the insert
+		// order.
 		claimSelect = `
 WITH RECURSIVE walk (key, n) AS (
 	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
 	UNION ALL
 	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
 	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < ` + strconv.Itoa(outboxdriver.KeyWalkLimit) + `
-), candidate (rid) AS (
-	SELECT (SELECT e.rowid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.rowid LIMIT 1)
+), candidate (rid, prio) AS (
+	SELECT (SELECT e.rowid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.rowid LIMIT 1), 3 * w.n + 2
 	FROM walk AS w WHERE w.key IS NOT NULL
-	UNION
-	SELECT rid FROM (
-		SELECT rowid AS rid FROM {t} WHERE status = 'pending' AND available_at <= ?1{unleased}
-		ORDER BY available_at, id LIMIT min(?2, 100))
+	UNION ALL
+	SELECT rid, 3 * row_number() OVER (ORDER BY available_at, id) FROM (
+		SELECT rowid AS rid, available_at, id FROM {t} WHERE status = 'pending' AND available_at <= ?1{unleased}
+		ORDER BY available_at, id LIMIT min(?2, ` + strconv.Itoa(outboxdriver.KeyWindow) + `))
+	UNION ALL
+	SELECT rid, 3 * row_number() OVER (ORDER BY available_at DESC, id DESC) + 1 FROM (
+		SELECT rowid AS rid, available_at, id FROM {t} WHERE status = 'pending' AND available_at <= ?1{unleased}
+		ORDER BY available_at DESC, id DESC LIMIT min(?2, ` + strconv.Itoa(outboxdriver.KeyWindow) + `))
 )
-SELECT ` + messageColumns + ` FROM {t} AS o
-WHERE o.rowid IN (SELECT rid FROM candidate) AND status = 'pending' AND available_at <= ?1{unleased}{head_of_key}
-ORDER BY available_at, id
+SELECT ` + messageColumns + `, o.rowid FROM {t} AS o
+JOIN (SELECT rid, min(prio) AS prio FROM candidate WHERE rid IS NOT NULL GROUP BY rid) AS c ON o.rowid = c.rid
+WHERE status = 'pending' AND available_at <= ?1{unleased}{head_of_key}
+ORDER BY c.prio
 LIMIT ?2`
+		// The messages after a head, in insert order, each with whether it
+		// is due and not leased: the run is the prefix of those that are.
+		claimRun = `
+SELECT ` + messageColumns + `, rowid, available_at <= ?1{unleased} FROM {t}
+WHERE status = 'pending' AND key = ?2 AND key <> '' AND rowid > ?3
+ORDER BY rowid
+LIMIT ?4`
 	}
 
 	return statements{
@@ -129,6 +146,7 @@ WHERE t.id = d.id AND t.lease_token = ?1`),
 		// the rows first, then leases exactly those ids; both run under the
 		// write lock, so nothing changes in between.
 		claimSelect: sql(claimSelect),
+		claimRun:    sql(claimRun),
 		claimUpdate: sql(`
 UPDATE {t} SET locked_until = ?1, lease_token = ?2
 WHERE status = 'pending' AND id IN (SELECT value FROM json_each(?3))`),

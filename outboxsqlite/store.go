@@ -1,11 +1,13 @@
 package outboxsqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -118,8 +120,8 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, c *sql
 // any message is due: an idle relay that is woken needlessly only reads, and
 // never takes the write lock that writers need.
 //
-// Claimed messages come back ordered by due time, then id; their
-// AvailableAt is the time they were due when claimed, which the lease
+// Claimed messages come back ordered by due time, then id (in key order,
+// each key's run together, in insert order); their AvailableAt is the time they were due when claimed, which the lease
 // leaves as it was.
 func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	if claim.Limit < 0 {
@@ -129,8 +131,8 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		return nil, fmt.Errorf("outboxsqlite: exchange on %s: claim lease %v must be positive", s.Name(), claim.Lease)
 	}
 	fail := func(err error) error {
-		return fmt.Errorf("outboxsqlite: exchange on %s (settle %d published, %d retried, %d dead; claim %d): %w",
-			s.Name(), len(settle.Published), len(settle.Retry), len(settle.Dead), claim.Limit, explain(err, s.path))
+		return fmt.Errorf("outboxsqlite: exchange on %s (settle %d published, %d retried, %d dead, %d released; claim %d): %w",
+			s.Name(), len(settle.Published), len(settle.Retry), len(settle.Dead), len(settle.Release), claim.Limit, explain(err, s.path))
 	}
 	if settle.Empty() {
 		if claim.Limit == 0 {
@@ -152,12 +154,17 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		if claim.Limit == 0 {
 			return nil
 		}
-		rows, err := c.QueryContext(ctx, s.stmts.claimSelect, now, claim.Limit)
-		if err != nil {
-			return err
-		}
 		var undecodable []outboxdriver.Failure
-		if msgs, undecodable, err = collectMessages(rows); err != nil || len(msgs) == 0 {
+		var err error
+		if s.set.orderByKey {
+			msgs, undecodable, err = s.claimRuns(ctx, c, now, claim.Limit)
+		} else {
+			var rows *sql.Rows
+			if rows, err = c.QueryContext(ctx, s.stmts.claimSelect, now, claim.Limit); err == nil {
+				msgs, undecodable, err = collectMessages(rows)
+			}
+		}
+		if err != nil || len(msgs) == 0 {
 			return err
 		}
 		claimed := make([]uuid.UUID, len(msgs))
@@ -230,6 +237,11 @@ func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outboxdri
 			return err
 		}
 		if _, err := c.ExecContext(ctx, s.stmts.settleDead, token, string(b)); err != nil {
+			return err
+		}
+	}
+	if len(st.Release) > 0 {
+		if _, err := c.ExecContext(ctx, s.stmts.release, token, idsJSON(st.Release)); err != nil {
 			return err
 		}
 	}
@@ -415,24 +427,158 @@ func (s *Store) writeCount(ctx context.Context, exec func(ctx context.Context, c
 	return int(n), err
 }
 
+// runRow is a message a claim in key order read, with its insert order
+// (rid), the place of its key's head among the batch's candidates (prio)
+// and its place in its key's run (r, 1 for the head).
+type runRow struct {
+	m    outbox.Message
+	rid  int64
+	prio int
+	r    int
+}
+
+// claimRuns reads what a claim in key order leases, under the write lock:
+// the heads (claimSelect), then for each key with a head its next due
+// messages, in two passes as outboxpg's claim does. Each key gets a fair
+// share of the places the heads leave (the places divided by the keys),
+// and the share that keys with short runs leave goes to the keys whose runs
+// filled theirs. The followers are ranked by their place in their run, so
+// a cut at the limit leaves each run a prefix. The messages come back with
+// each key's run together, in insert order.
+func (s *Store) claimRuns(ctx context.Context, c *sql.Conn, now int64, limit int) ([]outbox.Message, []outboxdriver.Failure, error) {
+	var heads []runRow
+	rows, err := c.QueryContext(ctx, s.stmts.claimSelect, now, limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	_, undecodable, err := collect(rows, func(m outbox.Message, rid int64, _ bool) {
+		heads = append(heads, runRow{m: m, rid: rid, prio: len(heads), r: 1})
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	places := limit - len(heads)
+	var keyed []runRow
+	for _, h := range heads {
+		if h.m.Key != "" {
+			keyed = append(keyed, h)
+		}
+	}
+	var followers []runRow
+	for pass := 0; pass < 2 && places > len(followers) && len(keyed) > 0; pass++ {
+		each := (places - len(followers) + len(keyed) - 1) / len(keyed)
+		var full []runRow
+		for _, h := range keyed {
+			run, bad, err := s.readRun(ctx, c, now, h, each)
+			if err != nil {
+				return nil, nil, err
+			}
+			undecodable = append(undecodable, bad...)
+			followers = append(followers, run...)
+			if len(run) == each {
+				full = append(full, run[len(run)-1])
+			}
+		}
+		keyed = full // the second pass goes on from the last message taken
+	}
+	slices.SortFunc(followers, func(a, b runRow) int { return cmp.Or(cmp.Compare(a.r, b.r), cmp.Compare(a.prio, b.prio)) })
+	all := append(heads, followers[:min(len(followers), places)]...)
+	return inRunOrder(all), undecodable, nil
+}
+
+// readRun reads up to n messages of after's key that follow it, in insert
+// order, as long as they are due and not leased.
+func (s *Store) readRun(ctx context.Context, c *sql.Conn, now int64, after runRow, n int) (run []runRow, undecodable []outboxdriver.Failure, err error) {
+	rows, err := c.QueryContext(ctx, s.stmts.claimRun, now, after.m.Key, after.rid, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	ended := false
+	_, undecodable, err = collect(rows, func(m outbox.Message, rid int64, ok bool) {
+		if ended = ended || !ok; !ended {
+			run = append(run, runRow{m: m, rid: rid, prio: after.prio, r: after.r + len(run) + 1})
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	undecodable = slices.DeleteFunc(undecodable, func(f outboxdriver.Failure) bool {
+		return !slices.ContainsFunc(run, func(r runRow) bool { return r.m.ID == f.ID })
+	})
+	return run, undecodable, nil
+}
+
+// inRunOrder returns the messages of rows with each key's messages together
+// in insert order, the keys (and the messages without a key) by due time.
+func inRunOrder(rows []runRow) []outbox.Message {
+	group := func(r runRow) string {
+		if r.m.Key == "" {
+			return "\x00" + r.m.ID.String() // keys never hold NUL: no clash
+		}
+		return r.m.Key
+	}
+	first := map[string]time.Time{}
+	for _, r := range rows {
+		g := group(r)
+		if t, ok := first[g]; !ok || r.m.AvailableAt.Before(t) {
+			first[g] = r.m.AvailableAt
+		}
+	}
+	slices.SortFunc(rows, func(a, b runRow) int {
+		ga, gb := group(a), group(b)
+		return cmp.Or(first[ga].Compare(first[gb]), strings.Compare(ga, gb), cmp.Compare(a.rid, b.rid))
+	})
+	msgs := make([]outbox.Message, len(rows))
+	for i := range rows {
+		msgs[i] = rows[i].m
+	}
+	return msgs
+}
+
+// collect reads rows of messageColumns followed by the rowid and, where
+// the statement has it (claimRun), whether the message is due, calling add
+// for each. It closes rows.
+func collect(rows *sql.Rows, add func(m outbox.Message, rid int64, due bool)) ([]outbox.Message, []outboxdriver.Failure, error) {
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, nil, err
+	}
+	withDue := len(cols) > 12
+	return sqlrow.Collect(rows, func(rows *sql.Rows) (outbox.Message, error, error) {
+		var rid int64
+		due := true
+		extra := []any{&rid}
+		if withDue {
+			extra = append(extra, &due)
+		}
+		m, headerErr, err := scanMessage(rows, extra...)
+		if err == nil {
+			add(m, rid, due)
+		}
+		return m, headerErr, err
+	})
+}
+
 // collectMessages reads rows of messageColumns (see sqlrow.Collect) and
 // closes rows.
 func collectMessages(rows *sql.Rows) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
 	defer rows.Close()
-	return sqlrow.Collect(rows, scanMessage)
+	return sqlrow.Collect(rows, func(rows *sql.Rows) (outbox.Message, error, error) { return scanMessage(rows) })
 }
 
 // scanMessage reads one row of messageColumns. headerErr says why its headers
 // do not decode; the message is then returned without them.
-func scanMessage(rows *sql.Rows) (m outbox.Message, headerErr, err error) {
+// Columns after them are scanned into extra.
+func scanMessage(rows *sql.Rows, extra ...any) (m outbox.Message, headerErr, err error) {
 	var (
 		headers, lastError     sql.NullString
 		createdAt, availableAt int64
 		publishedAt            sql.NullInt64
 		status                 string
 	)
-	err = rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &createdAt, &availableAt,
-		&m.Attempts, &lastError, &status, &publishedAt)
+	err = rows.Scan(append([]any{&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &createdAt, &availableAt,
+		&m.Attempts, &lastError, &status, &publishedAt}, extra...)...)
 	if err != nil {
 		return outbox.Message{}, nil, err
 	}

@@ -68,6 +68,14 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		testKeyOrder(t, h)
 	})
+	t.Run("KeyOrderedRunsKeepTheOrderAcrossAFailureMidRunAndTheRestCountsNoAttempt", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		if h.KeyOrdered == nil {
+			t.Skip("the harness sets no KeyOrdered store")
+		}
+		testKeyOrderRuns(t, h)
+	})
 	t.Run("UnavailableDestinationLeavesOtherDestinationsATurn", func(t *testing.T) {
 		t.Parallel()
 		testUnavailableLeavesOthersATurn(t, newHarness(t))
@@ -170,9 +178,19 @@ func (r *Recorder) Close() error { return nil }
 func (r *Recorder) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))
 	r.mu.Lock()
+	failed := map[string]bool{} // keys with a retryable failure in this batch
 	for i, m := range batch {
+		if m.Key != "" && failed[m.Key] {
+			// As every publisher does: a key's later messages wait for the
+			// one that failed.
+			errs[i] = outbox.HeldBack(fmt.Errorf("held back behind a failed message of key %q", m.Key))
+			continue
+		}
 		if r.Fail != nil {
 			errs[i] = r.Fail(m)
+		}
+		if errs[i] != nil && !outbox.IsPermanent(errs[i]) {
+			failed[m.Key] = true
 		}
 		if errs[i] == nil {
 			r.counts[m.ID]++

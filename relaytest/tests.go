@@ -668,3 +668,75 @@ func testKeyOrder(t *testing.T, h Harness) {
 		t.Errorf("the first message of key bad never failed: the test did not hold it back")
 	}
 }
+
+// testKeyOrderRuns writes one hot key and a few quiet ones, with a batch size
+// that lets runs of the hot key fill batches, and fails messages in the
+// middle of the hot key's runs a few times each. Every key must come out in
+// the order written; the failing messages count their failures, and the
+// messages released behind them none.
+func testKeyOrderRuns(t *testing.T, h Harness) {
+	ctx := context.Background()
+	const (
+		hot      = 60
+		failures = 3 // per failing message
+	)
+	var msgs []*outbox.Message
+	for i := range hot {
+		msgs = append(msgs, &outbox.Message{Topic: "orders", Key: "hot", Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+		if i%10 == 0 {
+			msgs = append(msgs, &outbox.Message{Topic: "orders", Key: fmt.Sprintf("quiet-%d", i), Payload: []byte(`{}`)})
+		}
+	}
+	if err := h.Write(ctx, true, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	failing := map[uuid.UUID]int{} // message -> failures left
+	for i, m := range msgs {
+		if m.Key == "hot" && i%17 == 5 {
+			failing[m.ID] = failures
+		}
+	}
+	rec := NewRecorder()
+	rec.Fail = func(m outbox.Message) error {
+		if failing[m.ID] > 0 {
+			failing[m.ID]--
+			return errors.New("the broker refuses this one for now")
+		}
+		return nil
+	}
+	cfg := outbox.Config{BatchSize: 20, Workers: 2, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 1000}
+	StartRelay(t, h.KeyOrdered, rec, cfg)
+	StartRelay(t, h.KeyOrdered, rec, cfg)
+	rec.WaitFor(t, 60*time.Second, "every message", func() bool { return rec.Distinct() == len(msgs) })
+
+	written := map[string][]uuid.UUID{}
+	keyOf := map[uuid.UUID]string{}
+	for _, m := range msgs {
+		written[m.Key] = append(written[m.Key], m.ID)
+		keyOf[m.ID] = m.Key
+	}
+	published := map[string][]uuid.UUID{}
+	seen := map[uuid.UUID]bool{}
+	for _, id := range rec.Order() {
+		if !seen[id] {
+			seen[id] = true
+			published[keyOf[id]] = append(published[keyOf[id]], id)
+		}
+	}
+	for key, want := range written {
+		if got := published[key]; !slices.Equal(got, want) {
+			t.Errorf("key %s: published in the order %v; want the order written, %v", key, got, want)
+		}
+	}
+	for _, m := range msgs {
+		got, _ := rec.Published(m.ID)
+		want := 0
+		if _, ok := failing[m.ID]; ok {
+			want = failures
+		}
+		if got.Attempts != want {
+			t.Errorf("message %s (key %s) was published after %d counted attempts; want %d (only the failing messages count theirs, not those released behind them)", m.ID, m.Key, got.Attempts, want)
+		}
+	}
+}
