@@ -327,12 +327,14 @@ func (r *Relay) record(ctx context.Context, log *slog.Logger, settle outboxdrive
 // exchanged tells the observer of an exchange that started at start, and
 // notes a success for Ready.
 func (r *Relay) exchanged(ctx context.Context, start time.Time, settle outboxdriver.Settlement, claimed int, err error) {
+	recorded := 0
 	if err == nil {
 		r.storeOK.Store(time.Now().UnixNano())
+		recorded = settle.Len() // a failed exchange recorded nothing
 	}
 	r.cfg.Observer.Exchanged(ctx, Exchange{
 		Table: r.store.Name(), Duration: time.Since(start), Err: err, Claimed: claimed,
-		Recorded: settle.Len(),
+		Recorded: recorded,
 	})
 }
 
