@@ -23,8 +23,12 @@ type latencyMode struct {
 	// pool, which wakes the relay in-process after the commit.
 	inProcess bool
 	// notify: the writer (on a pool of its own) sends NOTIFY; the relay
-	// LISTENs. Without notify and inProcess, the relay only polls.
+	// LISTENs. Without notify, watchWAL and inProcess, the relay only
+	// polls.
 	notify bool
+	// watchWAL: the writer (on a pool of its own) does nothing; the relay
+	// watches the table's inserts in the WAL (outboxpg.Options.WatchWAL).
+	watchWAL bool
 }
 
 var latencyModes = []latencyMode{
@@ -48,7 +52,15 @@ const latencyWarmup = time.Second
 // opts.LatencyDuration, and times each from the return of its commit to its
 // arrival at the (no-op) publisher.
 func (e *env) measureLatency(ctx context.Context, mode latencyMode, rate int) (Latency, error) {
-	res := Latency{Mode: mode.name, Label: mode.label, Rate: rate}
+	return e.measureLatencyAfterIdle(ctx, mode, rate, 0)
+}
+
+// measureLatencyAfterIdle is measureLatency with an idle spell: after the
+// warm-up, nothing is written for idle (the relay backs off to its longest
+// poll, its wake-up connection sits silent), and the measured messages start
+// at once after it; Latency.First is the first one's latency.
+func (e *env) measureLatencyAfterIdle(ctx context.Context, mode latencyMode, rate int, idle time.Duration) (Latency, error) {
+	res := Latency{Mode: mode.name, Label: mode.label, Rate: rate, IdleBefore: idle}
 	opts, drop, err := e.outboxTable(ctx, "latency")
 	if err != nil {
 		return res, err
@@ -71,8 +83,10 @@ func (e *env) measureLatency(ctx context.Context, mode latencyMode, rate int) (L
 		}
 		defer writerPool.Close()
 	}
-	pollOnly := !mode.inProcess && !mode.notify
-	relayStore, err := outboxpg.New(relayPool, opts)
+	pollOnly := !mode.inProcess && !mode.notify && !mode.watchWAL
+	relayOpts := opts
+	relayOpts.WatchWAL = mode.watchWAL
+	relayStore, err := outboxpg.New(relayPool, relayOpts)
 	if err != nil {
 		return res, err
 	}
@@ -111,8 +125,29 @@ func (e *env) measureLatency(ctx context.Context, mode latencyMode, rate int) (L
 		}
 		return writerStore.RunInTx(ctx, write) // no in-process wake-up
 	}
+	if mode.watchWAL {
+		if err := e.waitWALWatch(ctx); err != nil {
+			return res, err
+		}
+	}
 	exchanges := count.batches.Load()
-	committed, achieved, err := e.schedule(ctx, rate, commit)
+	var (
+		committed map[uuid.UUID]time.Time
+		achieved  float64
+	)
+	if idle > 0 {
+		if _, _, err := e.schedule(ctx, rate, 0, latencyWarmup, commit); err != nil {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(idle):
+		}
+		committed, achieved, err = e.schedule(ctx, rate, e.opts.LatencyDuration, 0, commit)
+	} else {
+		committed, achieved, err = e.schedule(ctx, rate, e.opts.LatencyDuration, latencyWarmup, commit)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -128,6 +163,9 @@ func (e *env) measureLatency(ctx context.Context, mode latencyMode, rate int) (L
 	}
 	lat, early, missing := rec.latencies(committed)
 	res.Samples, res.Early, res.Missing = len(committed), early, missing
+	if idle > 0 {
+		res.First = rec.first(committed)
+	}
 	if len(lat) > 0 {
 		res.P50, res.P95, res.P99, res.Max = percentile(lat, 0.50), percentile(lat, 0.95), percentile(lat, 0.99), lat[len(lat)-1]
 		res.Published = float64(len(lat)) / float64(len(committed))
@@ -135,11 +173,11 @@ func (e *env) measureLatency(ctx context.Context, mode latencyMode, rate int) (L
 	return res, nil
 }
 
-// schedule commits one message every 1/rate seconds for latencyWarmup plus
-// opts.LatencyDuration, spreading them over latencyWriters goroutines, and
-// returns when each measured message's commit returned, with the achieved
-// rate of the measured part.
-func (e *env) schedule(ctx context.Context, rate int, commit func(context.Context, *outbox.Message) error) (map[uuid.UUID]time.Time, float64, error) {
+// schedule commits one message every 1/rate seconds for warmup plus
+// duration, spreading them over latencyWriters goroutines, and returns when
+// each measured message (after the warm-up) had its commit return, with the
+// achieved rate of the measured part.
+func (e *env) schedule(ctx context.Context, rate int, duration, warmup time.Duration, commit func(context.Context, *outbox.Message) error) (map[uuid.UUID]time.Time, float64, error) {
 	type job struct {
 		due      time.Time
 		measured bool
@@ -171,8 +209,8 @@ func (e *env) schedule(ctx context.Context, rate int, commit func(context.Contex
 	}
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
-	measureFrom := start.Add(latencyWarmup)
-	end := measureFrom.Add(e.opts.LatencyDuration)
+	measureFrom := start.Add(warmup)
+	end := measureFrom.Add(duration)
 	var measuredJobs int
 	for i := 0; ; i++ {
 		due := start.Add(time.Duration(i) * interval)
@@ -191,6 +229,9 @@ func (e *env) schedule(ctx context.Context, rate int, commit func(context.Contex
 	close(jobs)
 	wg.Wait()
 	elapsed := time.Since(measureFrom)
+	if elapsed <= 0 || len(committed) == 0 {
+		elapsed = time.Second // a warm-up only: no rate
+	}
 	if firstErr != nil {
 		return nil, 0, firstErr
 	}
@@ -264,6 +305,25 @@ func (r *latencyRecorder) latencies(committed map[uuid.UUID]time.Time) (lat []ti
 	}
 	slices.Sort(lat)
 	return lat, early, missing
+}
+
+// first returns the latency of the committed message whose commit returned
+// first (0 if it was not published).
+func (r *latencyRecorder) first(committed map[uuid.UUID]time.Time) time.Duration {
+	var id uuid.UUID
+	var at time.Time
+	for i, t := range committed {
+		if at.IsZero() || t.Before(at) {
+			id, at = i, t
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.published[id]
+	if !ok || at.IsZero() {
+		return 0
+	}
+	return max(p.Sub(at), 0)
 }
 
 // percentile returns the q-quantile of sorted (nearest rank).

@@ -28,6 +28,8 @@ func (r *Report) Merge(newer *Report, steps []string) {
 			r.Writer = newer.Writer
 		case "latency":
 			r.Latency = newer.Latency
+		case "wakeup":
+			r.Wakeup = newer.Wakeup
 		case "drain":
 			r.Drain = slices.DeleteFunc(r.Drain, func(t Throughput) bool { return t.Publisher == "noop" })
 			for _, t := range newer.Drain {

@@ -245,6 +245,10 @@ func (r *Report) Markdown(charts bool) string {
 		p("\n")
 	}
 
+	if w := r.Wakeup; w != nil {
+		r.wakeupMarkdown(p)
+	}
+
 	if len(r.Idle) > 0 {
 		p("## Idle cost\n\n")
 		p("An empty outbox, a relay at the given settings, a window of %s after a %s warm-up. "+
@@ -410,4 +414,54 @@ func (r *Report) growthCharts() (string, string) {
 	sizeC := lineChart{Title: "Table size (MiB, with indexes) and dead tuples (thousands)", XLabel: "seconds", YLabel: "MiB / thousands of tuples", Format: f,
 		Series: []lineSeries{{Name: "pg_total_relation_size, MiB", X: xs, Y: size}, {Name: "n_dead_tup, thousands", X: xs, Y: dead, Dash: true}}}
 	return rows.svg(), sizeC.svg()
+}
+
+// wakeupMarkdown renders the wakeup step: the cross-process wake-ups side by
+// side, each ratio against "neither" at the same writer count in the same run.
+func (r *Report) wakeupMarkdown(p func(string, ...any)) {
+	w := r.Wakeup
+	p("## Cross-process wake-up\n\n")
+	p("How a relay in another process learns of commits, each way measured with that relay running (noop publisher, defaults) on a server with `wal_level = logical` "+
+		"(which the WAL watch needs; the other rows use the same server, so the ratios compare like with like). "+
+		"Writers commit an order row and one outbox message per transaction (`Store.RunInTx`, no in-process wake-up) for %s, median of %d interleaved runs. "+
+		"Database CPU is user + system time from `/proc/<pid>/stat` of every server process `pg_stat_activity` lists (backends, walsender, background processes) over the same window; "+
+		"the walsender column is the WAL watch's decoding alone. Relay claims are its `Exchange` round trips (claim plus the previous batch's outcomes, one transaction each): "+
+		"a wake-up per commit makes the relay claim as soon as a message is there, in smaller batches than polling, which costs commits too.\n\n", r.Options.WriterDuration, r.Options.Repeats)
+	p("| mode | writers | commits/s (median) | runs | vs neither | database CPU (cores) | database CPU ms / 1k commits | walsender ms / 1k commits | relay claims / 1k commits |\n")
+	p("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, t := range w.Writers {
+		base := 0.0
+		for _, o := range w.Writers {
+			if o.Mode == "neither" && o.Writers == t.Writers {
+				base = o.Median()
+			}
+		}
+		cores, perK, ws := t.CPUMedian()
+		p("| %s | %d | **%s** | %s | %s | %.2f | %.0f | %.0f | %.0f |\n", t.Mode, t.Writers, thousands(t.Median()), runsString(t.Runs), ratio(t.Median(), base), cores, perK, ws, median(t.Claims))
+	}
+	p("\nCommit-to-publish latency at %s msg/s (one message per transaction, %d writer goroutines on a pool of their own) after %s with nothing written, "+
+		"the relay warmed up before the idle spell; \"first\" is the first message after the spell. Median p50 and p99 over the runs:\n\n", thousands(float64(w.Rate)), latencyWriters, w.Idle)
+	p("| mode | p50 | p99 (median) | p99 runs | max (worst run) | first message (runs) | achieved msg/s | missing |\n| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n")
+	for _, l := range w.Latency {
+		var p50s, p99s, ach []float64
+		var p99runs, firsts []string
+		var worst time.Duration
+		missing := 0
+		for _, run := range l.Runs {
+			p50s = append(p50s, float64(run.P50))
+			p99s = append(p99s, float64(run.P99))
+			ach = append(ach, run.Achieved)
+			p99runs = append(p99runs, ms(run.P99))
+			firsts = append(firsts, ms(run.First))
+			worst = max(worst, run.Max)
+			missing += run.Missing
+		}
+		p("| %s | %s | **%s** | %s | %s | %s | %.0f | %d |\n", l.Mode, ms(time.Duration(median(p50s))), ms(time.Duration(median(p99s))), strings.Join(p99runs, " / "),
+			ms(worst), strings.Join(firsts, " / "), median(ach), missing)
+	}
+	p("\n")
+	for _, l := range w.Latency {
+		p("- **%s**: %s.\n", l.Mode, l.Label)
+	}
+	p("\n")
 }

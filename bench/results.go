@@ -20,6 +20,7 @@ type Report struct {
 	Writer    *WriterResult
 	Idle      []Idle
 	Growth    *Growth
+	Wakeup    *Wakeup `json:",omitempty"`
 	Explain   []Explain
 	Commit    CommitCost
 
@@ -100,6 +101,52 @@ type Latency struct {
 	// ExchangesPerMessage is the relay's claim round trips (Store.Exchange)
 	// per message published, warm-up included.
 	ExchangesPerMessage float64
+	// IdleBefore is the idle spell between the warm-up and the measured
+	// messages (0: none); First is then the latency of the first of them.
+	IdleBefore time.Duration `json:",omitempty"`
+	First      time.Duration `json:",omitempty"`
+}
+
+// Wakeup compares the cross-process wake-ups (neither, notify, wal) with a
+// relay running: writers' commits/s with the database's CPU, and latency
+// after an idle spell.
+type Wakeup struct {
+	Idle    time.Duration // idle spell before each latency run
+	Rate    int           // latency runs' msg/s
+	Writers []WakeupWriters
+	Latency []WakeupLatency
+}
+
+// WakeupWriters is one mode at one writer count, over the repeats.
+type WakeupWriters struct {
+	Mode    string
+	Label   string
+	Writers int
+	Runs    []float64 // commits/s
+	CPU     []DBCPU   // the database's CPU in each run
+	Claims  []float64 // the relay's claims (Exchange round trips) per 1,000 commits
+}
+
+// Median returns the median commits/s.
+func (w WakeupWriters) Median() float64 { return median(w.Runs) }
+
+// CPUMedian returns the medians over the runs of the database's CPU in
+// cores, in ms per 1,000 commits, and the walsender's ms per 1,000 commits.
+func (w WakeupWriters) CPUMedian() (cores, perK, walsenderPerK float64) {
+	var c, p, ws []float64
+	for i, cpu := range w.CPU {
+		c = append(c, cpu.Cores())
+		p = append(p, cpu.PerK(w.Runs[i]))
+		ws = append(ws, cpu.WalsenderPerK(w.Runs[i]))
+	}
+	return median(c), median(p), median(ws)
+}
+
+// WakeupLatency is one mode's latency runs after an idle spell.
+type WakeupLatency struct {
+	Mode  string
+	Label string
+	Runs  []Latency
 }
 
 // WriterResult is the writer's cost on a business transaction.

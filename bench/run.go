@@ -59,7 +59,7 @@ type Options struct {
 
 // Steps are the measurements, in the order they run. The quiet one (idle)
 // goes first, the long one (growth) last.
-var Steps = []string{"idle", "writer", "latency", "drain", "brokers", "explain", "growth"}
+var Steps = []string{"idle", "writer", "latency", "wakeup", "drain", "brokers", "explain", "growth"}
 
 func (o Options) withDefaults() (Options, error) {
 	set := func(v *int, d int) {
@@ -159,6 +159,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 				}
 			}
 			return nil
+		}},
+		{"wakeup", func() error {
+			r.Wakeup, err = e.measureWakeup(ctx)
+			return err
 		}},
 		{"drain", func() error { return e.drains(ctx, r, false) }},
 		{"brokers", func() error { return e.drains(ctx, r, true) }},

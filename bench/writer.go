@@ -185,6 +185,12 @@ func (e *env) concurrentWriters(ctx context.Context, v writerVariant) (float64, 
 	if err := s.tx(ctx, v, payload); err != nil {
 		return 0, err
 	}
+	return e.runWriters(ctx, s, v, concurrentWriters, payload)
+}
+
+// runWriters runs n goroutines committing business transactions of variant
+// v in s for opts.WriterDuration and returns commits/s.
+func (e *env) runWriters(ctx context.Context, s *writerSetup, v writerVariant, n int, payload []byte) (float64, error) {
 	var (
 		commits  atomic.Int64
 		wg       sync.WaitGroup
@@ -193,7 +199,7 @@ func (e *env) concurrentWriters(ctx context.Context, v writerVariant) (float64, 
 	)
 	start := time.Now()
 	end := start.Add(e.opts.WriterDuration)
-	for range concurrentWriters {
+	for range n {
 		wg.Go(func() {
 			for time.Now().Before(end) && ctx.Err() == nil {
 				if err := s.tx(ctx, v, payload); err != nil {

@@ -83,4 +83,13 @@
 // committing, so it costs write throughput under concurrency; it is off by
 // default. ListenForWrites holds one connection of its own, which sends
 // nothing while idle; the relay's Config.DisableListen turns it off.
+//
+// With Options.WatchWAL on the relay's Store instead, the writers do
+// nothing and their commits take no lock: ListenForWrites streams the
+// table's inserts through a temporary logical replication slot and wakes
+// after every transaction that inserted into it. That needs wal_level =
+// logical and a role with the REPLICATION attribute; without them the relay
+// logs one warning naming the fix and polls. The server's walsender decodes
+// the cluster's WAL for it, which costs CPU on the database.
+// docs/benchmarks.md compares the three (commits/s, database CPU, latency).
 package outboxpg

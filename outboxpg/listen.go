@@ -26,7 +26,15 @@ const (
 // since notifications sent while not listening are lost. After a connection
 // failure it reconnects with a backoff from 100 ms doubling to 5 s. A relay
 // with Config.DisableListen never calls it (no listening connection).
+//
+// With Options.WatchWAL it does not LISTEN: it watches the table's inserts
+// in the WAL instead (see Options.WatchWAL), and returns an error wrapping
+// ErrWALWatchUnavailable, which names the fix, when the server or the role
+// cannot do that.
 func (s *Store) ListenForWrites(ctx context.Context, wake func()) error {
+	if s.opts.WatchWAL {
+		return s.watchWAL(ctx, wake)
+	}
 	retry := backoff.New(listenBackoffMin, listenBackoffMax)
 	for {
 		conn, err := s.listen(ctx)

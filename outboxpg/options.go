@@ -39,9 +39,10 @@ type Options struct {
 	// OrderByKey makes the Store's claims keep the order of messages that
 	// share a non-empty Key: a message is claimed only when no message of
 	// its key inserted before it (by the seq column, drawn at INSERT) is
-	// still pending, so a key's messages are published one after the other
-	// in insert order, and a message that waits for its retry holds back
-	// only the rest of its key. Insert order is commit order when the
+	// still pending, or together with those before it as one run in a
+	// batch, in order (a hot key fills a batch). So a key's messages are
+	// published one after the other in insert order, and a message that
+	// waits for its retry holds back only the rest of its key. Insert order is commit order when the
 	// writes of a key are serialized (by a lock on the aggregate's row).
 	// Messages without a key are claimed as usual. Set it on the Store of
 	// every relay of the table: a relay without it claims regardless of
@@ -56,6 +57,27 @@ type Options struct {
 	// Table is the outbox table. It must match ^[a-z_][a-z0-9_]*$ and have at
 	// most MaxTableLength bytes. Default TableDefault ("outbox").
 	Table string
+	// WatchWAL makes ListenForWrites (the relay's cross-process wake-up)
+	// watch the table's inserts in the write-ahead log instead of
+	// LISTENing: writers need nothing (set it on the relay's Store only),
+	// and their commits take no lock for it, unlike Notify's. The relay
+	// opens a logical replication connection, creates a TEMPORARY slot
+	// (pgoutput) that the server drops when the session ends, however it
+	// ends, and wakes after every transaction that inserted into the table.
+	// It confirms what it receives every 10 s, so the slot holds back no
+	// WAL. It needs wal_level = logical, one replication slot and one WAL
+	// sender per relay (max_replication_slots, max_wal_senders), a role with
+	// the REPLICATION attribute, and the publication named after the
+	// table's NOTIFY channel ("outbox_<schema>_<table>"): created if
+	// missing (FOR TABLE ... WITH (publish = 'insert'), which takes CREATE
+	// on the database and ownership of the table), or created beforehand
+	// by the table's owner. It does not work through a transaction-mode
+	// pooler. The server decodes all of the cluster's WAL for the slot: CPU
+	// on the database that grows with its write volume. When the server or
+	// the role does not allow it, ListenForWrites returns an error wrapping
+	// ErrWALWatchUnavailable that names the fix, and the relay logs it
+	// once and polls. Default false.
+	WatchWAL bool
 }
 
 // names holds validated identifiers and everything derived from them. Nothing

@@ -102,6 +102,32 @@ pg_init() {
   pg_log "initdb $PG_BINDIR -> $base/data: $(pg_ms_since "$t0") ms"
 }
 
+# pg_conf_apply DATA: for each of PG_SETTINGS whose value in DATA/postgresql.conf (the last line
+# setting it wins) differs, append it; prints how many lines it appended. Idempotent: brings a
+# cluster made by an older version of this file up to date and leaves a current one untouched.
+pg_conf_apply() {
+  local conf=$1/postgresql.conf s name last n=0
+  for s in "${PG_SETTINGS[@]}"; do
+    name=${s%% =*}
+    last=$(grep -E "^[[:space:]]*$name[[:space:]]*=" "$conf" | tail -n1 || true)
+    if [ "$last" != "$s" ]; then
+      [ "$n" -gt 0 ] || printf '%s\n' "" "# added by scripts/lib/pg.sh (pg_conf_apply)" >>"$conf"
+      printf '%s\n' "$s" >>"$conf"
+      n=$((n + 1))
+    fi
+  done
+  echo "$n"
+}
+
+# pg_replication_ready: the server at 127.0.0.1:PG_PORT runs with what the logical replication
+# wake-up (outboxpg.Options.WatchWAL) and its tests need. These settings take a restart.
+pg_replication_ready() {
+  [ "$("$PG_BINDIR/psql" -X -q -At -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -c \
+    "select current_setting('wal_level') = 'logical'
+       and current_setting('max_replication_slots')::int >= 10
+       and current_setting('max_wal_senders')::int >= 10" 2>/dev/null)" = t ]
+}
+
 # True if something accepts TCP connections on 127.0.0.1:PORT.
 pg_port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
