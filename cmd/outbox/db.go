@@ -62,6 +62,7 @@ func (g *globalFlags) resolveURL() (string, error) {
 type storeMode struct {
 	notify     bool // writes wake relays in other processes (PostgreSQL NOTIFY; used by `send`)
 	orderByKey bool // claims keep the order of each key (used by `relay`)
+	watchWAL   bool // wake up from the table's inserts in the WAL (PostgreSQL; used by `relay`)
 }
 
 // openReady is open for the commands that use the table: it fails, naming
@@ -129,7 +130,7 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMo
 		pool.Close()
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
-	opts := outboxpg.Options{Schema: g.schema, Table: g.table, Notify: mode.notify, OrderByKey: mode.orderByKey}
+	opts := outboxpg.Options{Schema: g.schema, Table: g.table, Notify: mode.notify, OrderByKey: mode.orderByKey, WatchWAL: mode.watchWAL}
 	store, err := outboxpg.New(pool, opts)
 	if err != nil {
 		pool.Close()

@@ -127,3 +127,14 @@ var (
 	_ outbox.InboxStore[pgx.Tx]  = (*outboxpg.InboxTable)(nil)
 	_ outbox.InboxStore[*sql.Tx] = (*outboxsqlite.InboxTable)(nil)
 )
+
+// --watch-wal is PostgreSQL's: on SQLite it is a usage error that says so.
+func TestWatchWALOnSQLiteIsAUsageError(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "app.db")
+	mustCLI(t, "migrate", "up", "--database-url", "sqlite://"+path)
+	code, _, errOut := cli(t, "relay", "--watch-wal", "--database-url", "sqlite://"+path)
+	if code != 2 || !strings.Contains(errOut, "--watch-wal is for PostgreSQL") {
+		t.Fatalf("relay --watch-wal on SQLite: exit %d, %q; want 2 naming the flag", code, errOut)
+	}
+}

@@ -74,6 +74,9 @@ func (g *globalFlags) openSQLite(ctx context.Context, raw string, mode storeMode
 	if g.schema != "" {
 		return nil, usagef("--schema %q: SQLite databases have no schemas; leave --schema out (--table names the table in the file)", g.schema)
 	}
+	if mode.watchWAL {
+		return nil, usagef("--watch-wal is for PostgreSQL; an SQLite relay learns of writes to its file by itself")
+	}
 	opts := outboxsqlite.Options{Table: g.table, OrderByKey: mode.orderByKey}
 	names, err := outboxsqlite.New(&sql.DB{}, opts) // validates --table; touches no database
 	if err != nil {
