@@ -33,7 +33,7 @@ CREATE TABLE %[1]s.audit (
 	created_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE TABLE %[1]s.outbox_copy (LIKE %[1]s.outbox INCLUDING ALL);
-CREATE TABLE %[1]s.outbox_pk_only (LIKE %[1]s.outbox INCLUDING DEFAULTS);
+CREATE TABLE %[1]s.outbox_pk_only (LIKE %[1]s.outbox INCLUDING DEFAULTS INCLUDING IDENTITY);
 ALTER TABLE %[1]s.outbox_pk_only ADD PRIMARY KEY (id)`
 
 // writerVariant is one business transaction: the order insert plus extra.
