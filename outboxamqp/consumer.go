@@ -34,9 +34,10 @@ type ConsumerConfig struct {
 	// (basic.qos). Default 16 × Concurrency.
 	Prefetch int
 	// MaxDeliver is how many attempts a message gets before it is parked:
-	// rejected without requeue, so the broker moves it to the queue's
-	// dead-letter exchange (declare the queue with x-dead-letter-exchange
-	// to keep parked messages; without one the broker drops them). Counts
+	// written to Parked if set, else rejected without requeue, so the
+	// broker moves it to the queue's dead-letter exchange (declare the
+	// queue with x-dead-letter-exchange to keep parked messages; without
+	// one the broker drops them). Counts
 	// deliveries before a crash where the queue says (quorum queues'
 	// x-delivery-count). Default MaxDeliverDefault.
 	MaxDeliver int
@@ -46,9 +47,18 @@ type ConsumerConfig struct {
 	BackoffBase, BackoffMax time.Duration
 	// Logger receives parked messages, retries and reconnections. Default
 	// slog.Default().
-	Logger *slog.Logger // Observer, if set, is told of every attempt to handle a message
+	Logger *slog.Logger
+	// Observer, if set, is told of every attempt to handle a message
 	// (outboxotel.Observer continues the message's trace there).
 	Observer outbox.ConsumeObserver
+	// Parked, if set, keeps parked messages in the consumer's database
+	// (e.g. the inbox table: outboxpg.InboxTable, outboxsqlite.InboxTable)
+	// instead of the dead-letter exchange: a message is written there,
+	// then acknowledged, and an operator lists and retries it with `outbox
+	// inbox parked`, as with any broker. Consume then also polls the store
+	// for requested retries and hands them to fn again. Parked messages
+	// are kept under Name.
+	Parked outbox.ParkStore
 }
 
 func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
@@ -89,7 +99,7 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 // When the connection drops, Consume connects again (with a backoff); the
 // broker requeues what was not acknowledged. A failing message is retried in
 // place (its key waits, so key order holds) and parked after cfg.MaxDeliver
-// attempts.
+// attempts: in the queue's dead-letter exchange, or in cfg.Parked.
 func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -101,9 +111,15 @@ func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx co
 	}
 	broker := redactURI(uri)
 	log := cfg.Logger.With(slog.String("consumer", cfg.Name), slog.String("queue", cfg.Queue), slog.String("broker", broker))
+	lanes := consume.Config{
+		Consumer: cfg.Name, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked,
+	}
+	stopRetrying := consume.StartRetrying(ctx, lanes, fn)
+	defer stopRetrying()
 	reconnect := backoff.NewJittered(cfg.BackoffBase, cfg.BackoffMax)
 	for {
-		err := consumeOnce(ctx, url, cfg, log, fn, reconnect.Reset)
+		err := consumeOnce(ctx, url, cfg, lanes, log, fn, reconnect.Reset)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -117,7 +133,7 @@ func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx co
 
 // consumeOnce consumes on one connection until it fails or ctx ends;
 // connected is called once the consumer is registered.
-func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, log *slog.Logger, fn func(context.Context, outbox.Message) error, connected func()) error {
+func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, lanesCfg consume.Config, log *slog.Logger, fn func(context.Context, outbox.Message) error, connected func()) error {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -135,10 +151,7 @@ func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, log *slog.
 		return fmt.Errorf("consume queue %s: %w", cfg.Queue, err)
 	}
 	connected()
-	lanes := consume.Start(ctx, consume.Config{
-		Consumer: cfg.Name, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
-		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer,
-	}, fn)
+	lanes := consume.Start(ctx, lanesCfg, fn)
 	defer lanes.Close()
 	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 	for {
@@ -182,8 +195,8 @@ func (d *delivery) Attempt() int {
 	return 1
 }
 
-func (d *delivery) Ack(context.Context) error { return d.d.Ack(false) }
-func (d *delivery) Park(string) error         { return d.d.Nack(false, false) }
+func (d *delivery) Ack(context.Context) error              { return d.d.Ack(false) }
+func (d *delivery) Park(context.Context, int, error) error { return d.d.Nack(false, false) }
 
 // Working does nothing: RabbitMQ waits for an acknowledgement as long as
 // the connection lives (up to its consumer_timeout, 30 minutes by default).

@@ -22,8 +22,8 @@ const MaxDeliverDefault = 5
 // topic that says why it was parked.
 const HeaderParkReason = "Outbox-Park-Reason"
 
-// ConsumerConfig configures Consume. Group, Topics and DeadLetterTopic are
-// required.
+// ConsumerConfig configures Consume. Group, Topics, and DeadLetterTopic or
+// Parked are required.
 type ConsumerConfig struct {
 	// Group is the consumer group: its committed offsets are where a
 	// restarted process goes on. Keep it across releases.
@@ -31,7 +31,9 @@ type ConsumerConfig struct {
 	// Topics are the topics to read.
 	Topics []string
 	// DeadLetterTopic receives the records parked after MaxDeliver
-	// attempts, unchanged but for HeaderParkReason.
+	// attempts, unchanged but for HeaderParkReason. With Parked set it
+	// receives only the records that are not outbox messages (and may be
+	// empty: they are then logged and skipped).
 	DeadLetterTopic string
 	// MaxDeliver is how many attempts a record gets before it is parked.
 	// Kafka does not count deliveries: attempts before a crash are not
@@ -41,9 +43,18 @@ type ConsumerConfig struct {
 	// failing record (doubling, jittered). Defaults 100ms and 5s.
 	BackoffBase, BackoffMax time.Duration
 	// Logger receives parked records and retries. Default slog.Default().
-	Logger *slog.Logger // Observer, if set, is told of every attempt to handle a message
+	Logger *slog.Logger
+	// Observer, if set, is told of every attempt to handle a message
 	// (outboxotel.Observer continues the message's trace there).
 	Observer outbox.ConsumeObserver
+	// Parked, if set, keeps parked messages in the consumer's database
+	// (e.g. the inbox table: outboxpg.InboxTable, outboxsqlite.InboxTable)
+	// instead of DeadLetterTopic: a message is written there, then its
+	// offset marked for commit, and an operator lists and retries it with
+	// `outbox inbox parked`, as with any broker. Consume then also polls
+	// the store for requested retries and hands them to fn again. Parked
+	// messages are kept under Group.
+	Parked outbox.ParkStore
 }
 
 // FromRecord returns the outbox message a record carries, as the Publisher
@@ -78,16 +89,16 @@ func FromRecord(r *kgo.Record) (outbox.Message, error) {
 // inbox skips. The records of one partition are handled one after the
 // other, so the order of a key (which picks the partition) holds; partitions
 // are handled concurrently. A failing record is retried in place and, after
-// cfg.MaxDeliver attempts, parked in cfg.DeadLetterTopic. opts configure
-// the client (TLS, SASL...).
+// cfg.MaxDeliver attempts, parked in cfg.DeadLetterTopic or cfg.Parked. opts
+// configure the client (TLS, SASL...).
 func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error, opts ...kgo.Opt) error {
 	switch {
 	case cfg.Group == "":
 		return &outbox.ConfigError{Field: "outboxkafka.ConsumerConfig.Group", Value: `""`, Fix: "name the consumer group, e.g. \"billing\"; keep it across releases"}
 	case len(cfg.Topics) == 0:
 		return &outbox.ConfigError{Field: "outboxkafka.ConsumerConfig.Topics", Value: "none", Fix: "name the topics the relay publishes to"}
-	case cfg.DeadLetterTopic == "":
-		return &outbox.ConfigError{Field: "outboxkafka.ConsumerConfig.DeadLetterTopic", Value: `""`, Fix: "name a topic for the records that keep failing, e.g. \"orders.dead\""}
+	case cfg.DeadLetterTopic == "" && cfg.Parked == nil:
+		return &outbox.ConfigError{Field: "outboxkafka.ConsumerConfig.DeadLetterTopic", Value: `""`, Fix: "name a topic for the records that keep failing, e.g. \"orders.dead\", or set Parked to keep them in the consumer's database"}
 	}
 	if cfg.MaxDeliver <= 0 {
 		cfg.MaxDeliver = MaxDeliverDefault
@@ -115,7 +126,10 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 		return fmt.Errorf("outboxkafka: consumer group %s: %w", cfg.Group, err)
 	}
 	defer client.Close()
-	lanes := consume.Config{Consumer: cfg.Group, MaxDeliver: cfg.MaxDeliver, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer}
+	lanes := consume.Config{Consumer: cfg.Group, MaxDeliver: cfg.MaxDeliver, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
+		Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked}
+	stopRetrying := consume.StartRetrying(ctx, lanes, fn)
+	defer stopRetrying()
 	for {
 		fetches := client.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -136,8 +150,13 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 					d := &consumed{client: client, r: r, deadLetters: cfg.DeadLetterTopic}
 					m, err := FromRecord(r)
 					if err != nil {
+						if d.deadLetters == "" {
+							cfg.Logger.Error("outboxkafka: record skipped: not an outbox message (set DeadLetterTopic to keep such records)", slog.String("consumer", cfg.Group), slog.Any("error", err))
+							_ = d.Ack(ctx)
+							continue
+						}
 						cfg.Logger.Error("outboxkafka: record parked: not an outbox message", slog.String("consumer", cfg.Group), slog.Any("error", err))
-						if err := d.Park(err.Error()); err != nil {
+						if err := d.park(err.Error()); err != nil {
 							return // not marked: delivered again
 						}
 						continue
@@ -184,7 +203,11 @@ func (d *consumed) Ack(context.Context) error {
 }
 
 // Park copies the record to the dead-letter topic, then marks it handled.
-func (d *consumed) Park(reason string) error {
+func (d *consumed) Park(_ context.Context, attempts int, cause error) error {
+	return d.park(consume.Reason(attempts, cause))
+}
+
+func (d *consumed) park(reason string) error {
 	parked := &kgo.Record{Topic: d.deadLetters, Key: d.r.Key, Value: d.r.Value,
 		Headers: append(append([]kgo.RecordHeader(nil), d.r.Headers...), kgo.RecordHeader{Key: HeaderParkReason, Value: []byte(reason)})}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

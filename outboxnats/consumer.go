@@ -33,8 +33,9 @@ type ConsumerConfig struct {
 	// FilterSubject reads only the subjects it matches. Default: all.
 	FilterSubject string
 	// MaxDeliver is how many attempts a message gets before it is parked
-	// (terminated on the server and logged at ERROR level with its id and
-	// error), counting redeliveries after a crash. Default
+	// (logged at ERROR level with its id and error, and written to Parked
+	// if set, else terminated on the server), counting redeliveries after
+	// a crash. Default
 	// MaxDeliverDefault.
 	MaxDeliver int
 	// AckWait is how long the server waits for an acknowledgement before it
@@ -50,9 +51,18 @@ type ConsumerConfig struct {
 	// failing message (doubling, jittered). Defaults 100ms and 5s.
 	BackoffBase, BackoffMax time.Duration
 	// Logger receives parked messages and failures. Default slog.Default().
-	Logger *slog.Logger // Observer, if set, is told of every attempt to handle a message
+	Logger *slog.Logger
+	// Observer, if set, is told of every attempt to handle a message
 	// (outboxotel.Observer continues the message's trace there).
 	Observer outbox.ConsumeObserver
+	// Parked, if set, keeps parked messages in the consumer's database
+	// (e.g. the inbox table: outboxpg.InboxTable, outboxsqlite.InboxTable)
+	// instead of terminating them on the server: a message is written
+	// there, then acknowledged, and an operator lists and retries it with
+	// `outbox inbox parked`, as with any broker. Consume then also polls
+	// the store for requested retries and hands them to fn again. Parked
+	// messages are kept under Durable.
+	Parked outbox.ParkStore
 }
 
 func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
@@ -113,7 +123,8 @@ func FromMsg(msg jetstream.Msg) (outbox.Message, error) {
 // crash between the commit and the acknowledgement means a redelivery that
 // the inbox skips. A failing message
 // is retried in place (its key waits, so key order holds) with a backoff,
-// and parked after cfg.MaxDeliver attempts.
+// and parked after cfg.MaxDeliver attempts: terminated on the server, or
+// written to cfg.Parked.
 func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -138,11 +149,14 @@ func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn
 	stop := context.AfterFunc(ctx, iter.Stop)
 	defer stop()
 
-	lanes := consume.Start(ctx, consume.Config{
+	lanesCfg := consume.Config{
 		Consumer: cfg.Durable, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
-		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer,
-	}, fn)
+		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked,
+	}
+	lanes := consume.Start(ctx, lanesCfg, fn)
 	defer lanes.Close()
+	stopRetrying := consume.StartRetrying(ctx, lanesCfg, fn)
+	defer stopRetrying()
 	for {
 		msg, err := iter.Next()
 		if err != nil {
@@ -180,5 +194,7 @@ func (d *delivery) Attempt() int {
 }
 
 func (d *delivery) Ack(ctx context.Context) error { return d.msg.DoubleAck(ctx) }
-func (d *delivery) Park(reason string) error      { return d.msg.TermWithReason(reason) }
-func (d *delivery) Working()                      { _ = d.msg.InProgress() }
+func (d *delivery) Park(_ context.Context, attempts int, cause error) error {
+	return d.msg.TermWithReason(consume.Reason(attempts, cause))
+}
+func (d *delivery) Working() { _ = d.msg.InProgress() }

@@ -35,7 +35,9 @@ type InboxOptions struct {
 // message's effects were complete: its handling committed and, if the
 // handler wrote messages to an outbox (listed in outgoing, with the table in
 // outbox_table, until then),
-// they were all published. It is safe for concurrent use.
+// they were all published. Beside it, processed_messages_parked keeps the
+// messages consumers parked (outbox.ParkStore), for `outbox inbox parked`
+// to list and retry. It is safe for concurrent use.
 type InboxTable struct {
 	pool    *pgxpool.Pool
 	name    string // schema.table, unquoted
@@ -50,6 +52,8 @@ type InboxTable struct {
 	stats    string // per consumer
 	purge    string // $1 age in microseconds, $2 limit
 	lockKey  int64  // taken by PurgeProcessed
+
+	parked parkedStatements // on the parked table beside it
 }
 
 var _ outbox.InboxStore[pgx.Tx] = (*InboxTable)(nil)
@@ -73,10 +77,15 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	if err := sqlident.Check("outboxpg.InboxOptions.Table", table, MaxTableLength); err != nil {
 		return nil, err
 	}
+	parked, err := newParkedStatements(schema, table)
+	if err != nil {
+		return nil, err
+	}
 	q := sqlident.Quote(schema) + "." + sqlident.Quote(table)
 	return &InboxTable{
-		pool: pool,
-		name: schema + "." + table,
+		pool:   pool,
+		parked: parked,
+		name:   schema + "." + table,
 		// The primary key makes a second record of a message conflict, and
 		// makes an INSERT wait for a concurrent transaction that inserted
 		// the same row: a duplicate delivered while the first is still
@@ -92,7 +101,8 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outgoing uuid[] NULL;
 ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outbox_table text NULL;
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);
-CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;`,
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;
+` + parked.create,
 		schema:  schema,
 		qSchema: sqlident.Quote(schema),
 		q:       q,
@@ -114,7 +124,8 @@ FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
 // Name returns "schema.table".
 func (t *InboxTable) Name() string { return t.name }
 
-// Migrate creates the schema, the table and its index if they do not exist.
+// Migrate creates the schema, the table and its indexes, and the table of
+// parked messages beside it (ParkedName), if they do not exist.
 // Concurrent callers (consumers starting together) take turns on an
 // advisory lock; an existing schema needs no CREATE privilege on the
 // database.

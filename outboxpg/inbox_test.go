@@ -39,6 +39,7 @@ func TestInboxConformance(t *testing.T) {
 		}
 		return storetest.InboxHarness[pgx.Tx]{
 			Table:  table,
+			Parked: table,
 			Purge:  table.PurgeProcessed,
 			Outbox: store,
 			Writer: newWriter(t, outbox.Inserter[pgx.Tx](store)),

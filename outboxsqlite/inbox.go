@@ -26,7 +26,9 @@ const InboxTableDefault = "processed_messages"
 // Store. processed_at is when the message's effects were complete: its
 // handling committed and, if the handler wrote messages to the Store's
 // outbox table (listed in outgoing, a JSON array, until then), they were all
-// published. Its
+// published. Beside it, processed_messages_parked keeps the messages
+// consumers parked (outbox.ParkStore), for `outbox inbox parked` to list
+// and retry. Its
 // transactions are the Store's (RunInTx), so they wait for SQLite's write
 // lock the same way. It is safe for concurrent use.
 type InboxTable struct {
@@ -40,6 +42,8 @@ type InboxTable struct {
 	settle   string // ?1 now in microseconds, ?2 limit
 	purge    string // ?1 before in microseconds, ?2 limit
 	stats    string // ?1 now in microseconds
+
+	parked parkedStatements // on the parked table beside it
 }
 
 var _ outbox.InboxStore[*sql.Tx] = (*InboxTable)(nil)
@@ -62,10 +66,15 @@ func NewInboxTable(store *Store, table string) (*InboxTable, error) {
 	if err != nil {
 		return nil, err
 	}
+	parked, err := newParkedStatements(table)
+	if err != nil {
+		return nil, err
+	}
 	q := set.qTable
 	return &InboxTable{
-		store: store,
-		name:  "main." + table,
+		store:  store,
+		name:   "main." + table,
+		parked: parked,
 		// The primary key makes a second record of a message a conflict.
 		// SQLite runs one write transaction at a time, so a duplicate
 		// delivered while the first is being handled waits for it.
@@ -77,7 +86,8 @@ func NewInboxTable(store *Store, table string) (*InboxTable, error) {
 	PRIMARY KEY (consumer, message_id)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);
-CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;`,
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;
+` + parked.create,
 		addCol: `ALTER TABLE ` + q + ` ADD COLUMN outgoing TEXT NULL`,
 		mark:   `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING`,
 		outgoing: `UPDATE ` + q + ` SET outgoing = (SELECT json_group_array(value) FROM (
@@ -100,8 +110,9 @@ WHERE consumer = ?1 AND message_id = ?2`,
 // Name returns "main.<table>".
 func (t *InboxTable) Name() string { return t.name }
 
-// Migrate creates the table and its indexes if they do not exist, and adds
-// the outgoing column to a table made by an older release.
+// Migrate creates the table and its indexes, and the table of parked
+// messages beside it (ParkedName), if they do not exist, and adds the
+// outgoing column to a table made by an older release.
 func (t *InboxTable) Migrate(ctx context.Context) error {
 	return t.store.RunInTx(ctx, func(tx *sql.Tx) error {
 		var hasTable, hasOutgoing bool

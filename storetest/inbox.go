@@ -34,10 +34,15 @@ type InboxHarness[TTx any] struct {
 	Effect func(ctx context.Context, tx TTx, id uuid.UUID) error
 	// Effects counts the effect table's rows for id.
 	Effects func(ctx context.Context, id uuid.UUID) (int, error)
+	// Parked is the table's side for parked messages, if it keeps them:
+	// the suite then also runs the parking cases against it.
+	Parked ParkedTable
 }
 
 // RunInbox runs the inbox conformance suite: outbox.Inbox over the harness's
-// table applies each message's effect exactly once. newHarness is called
+// table applies each message's effect exactly once; and, when the harness
+// has Parked, parked messages are kept, retried once and forgotten as
+// outbox.ParkStore says. newHarness is called
 // once per subtest.
 func RunInbox[TTx any](t *testing.T, newHarness func(t *testing.T) InboxHarness[TTx]) {
 	t.Helper()
@@ -58,6 +63,16 @@ func RunInbox[TTx any](t *testing.T, newHarness func(t *testing.T) InboxHarness[
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			c.run(t, newHarness(t))
+		})
+	}
+	for _, c := range parkedCases() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			if h.Parked == nil {
+				t.Skip("the inbox table keeps no parked messages")
+			}
+			c.run(t, h.Parked)
 		})
 	}
 }

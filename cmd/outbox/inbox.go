@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
 	"github.com/go-outbox/outbox"
@@ -21,6 +24,14 @@ type inboxTable interface {
 	Migrate(ctx context.Context) error
 	PurgeProcessed(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 	ConsumerStats(ctx context.Context) ([]outboxdriver.InboxConsumerStats, error)
+
+	// The messages consumers parked beside the inbox table.
+	ParkedName() string
+	ListParked(ctx context.Context, consumer string, after uuid.UUID, limit int) ([]outbox.ParkedMessage, error)
+	GetParked(ctx context.Context, consumer string, id uuid.UUID) (outbox.ParkedMessage, error)
+	RequestRetry(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
+	DiscardParked(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
+	ParkedCounts(ctx context.Context) (map[string]int64, error)
 }
 
 var (
@@ -32,10 +43,11 @@ func newInboxCommand(g *globalFlags) *cobra.Command {
 	var table string
 	cmd := &cobra.Command{
 		Use:   "inbox",
-		Short: "Create, inspect and purge a consumer's inbox table",
+		Short: "Create, inspect and purge a consumer's inbox table, and retry its parked messages",
 		Long: `inbox works on the table of processed message ids that consumers keep in their own database
 (outbox.Inbox), beside the outbox table that --schema and --table name: the records of the
-messages whose handlers wrote messages to that outbox are kept until those are published.`,
+messages whose handlers wrote messages to that outbox are kept until those are published.
+Beside it, <inbox table>_parked keeps the messages consumers parked (see inbox parked).`,
 	}
 	cmd.PersistentFlags().StringVar(&table, "inbox-table", outboxpg.InboxTableDefault, "name of the inbox table (in --schema on PostgreSQL)")
 	open := func(cmd *cobra.Command) (inboxTable, func(), error) {
@@ -53,7 +65,7 @@ messages whose handlers wrote messages to that outbox are kept until those are p
 	cmd.AddCommand(
 		&cobra.Command{
 			Use:   "migrate",
-			Short: "Create the inbox table, or upgrade one made by an older release",
+			Short: "Create the inbox table and its parked table, or upgrade ones made by an older release",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				t, done, err := open(cmd)
@@ -70,6 +82,7 @@ messages whose handlers wrote messages to that outbox are kept until those are p
 		},
 		newInboxStatusCommand(open),
 		newInboxPurgeCommand(open),
+		newInboxParkedCommand(open),
 	)
 	return cmd
 }
@@ -80,7 +93,7 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Count each consumer's records, and those kept for pending outgoing messages",
+		Short: "Count each consumer's records, those kept for pending outgoing messages, and its parked messages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			t, done, err := open(cmd)
@@ -92,14 +105,19 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			parked, err := t.ParkedCounts(cmd.Context())
+			if err != nil {
+				return fmt.Errorf("%w (a table made by an older release has no parked table yet: run `outbox inbox migrate`)", err)
+			}
+			stats = withParkedOnly(stats, parked)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				rows := make([]map[string]any, len(stats))
 				for i, st := range stats {
 					rows[i] = map[string]any{"consumer": st.Consumer, "records": st.Records,
-						"awaiting_outgoing": st.AwaitingOutgoing, "oldest_seconds": st.OldestAge.Seconds()}
+						"awaiting_outgoing": st.AwaitingOutgoing, "oldest_seconds": st.OldestAge.Seconds(), "parked": parked[st.Consumer]}
 				}
-				return json.NewEncoder(out).Encode(map[string]any{"table": t.Name(), "consumers": rows})
+				return json.NewEncoder(out).Encode(map[string]any{"table": t.Name(), "parked_table": t.ParkedName(), "consumers": rows})
 			}
 			fmt.Fprintf(out, "inbox table %s\n", t.Name())
 			if len(stats) == 0 {
@@ -107,15 +125,27 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "CONSUMER\tRECORDS\tAWAITING OUTGOING\tOLDEST")
+			fmt.Fprintln(tw, "CONSUMER\tRECORDS\tAWAITING OUTGOING\tOLDEST\tPARKED")
 			for _, st := range stats {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", st.Consumer, st.Records, st.AwaitingOutgoing, st.OldestAge.Round(time.Second))
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\n", st.Consumer, st.Records, st.AwaitingOutgoing, st.OldestAge.Round(time.Second), parked[st.Consumer])
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
+}
+
+// withParkedOnly adds to stats, in consumer order, a row for each consumer
+// that has parked messages and no records.
+func withParkedOnly(stats []outboxdriver.InboxConsumerStats, parked map[string]int64) []outboxdriver.InboxConsumerStats {
+	for consumer := range parked {
+		if !slices.ContainsFunc(stats, func(st outboxdriver.InboxConsumerStats) bool { return st.Consumer == consumer }) {
+			stats = append(stats, outboxdriver.InboxConsumerStats{Consumer: consumer})
+		}
+	}
+	slices.SortFunc(stats, func(a, b outboxdriver.InboxConsumerStats) int { return strings.Compare(a.Consumer, b.Consumer) })
+	return stats
 }
 
 func newInboxPurgeCommand(open openInbox) *cobra.Command {

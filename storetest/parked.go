@@ -1,0 +1,263 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+)
+
+// ParkedTable is what an inbox table offers for the messages consumers
+// park: outbox.ParkStore for the consumers, and the operator's side that
+// `outbox inbox parked` uses.
+type ParkedTable interface {
+	outbox.ParkStore
+	ListParked(ctx context.Context, consumer string, after uuid.UUID, limit int) ([]outbox.ParkedMessage, error)
+	GetParked(ctx context.Context, consumer string, id uuid.UUID) (outbox.ParkedMessage, error)
+	RequestRetry(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
+	DiscardParked(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
+	ParkedCounts(ctx context.Context) (map[string]int64, error)
+}
+
+// parkedCases are the cases of RunInbox for InboxHarness.Parked.
+func parkedCases() []struct {
+	name string
+	run  func(t *testing.T, p ParkedTable)
+} {
+	return []struct {
+		name string
+		run  func(t *testing.T, p ParkedTable)
+	}{
+		{"a parked message is kept whole with its error and attempts, and parking it again replaces them", testParkKeepsTheMessage},
+		{"a requested retry is taken by one taker only, and parking again clears it", testParkedRetryTakenOnce},
+		{"unpark and discard forget parked messages, and the list pages in id order", testParkedUnparkDiscardList},
+	}
+}
+
+func parkedMessage(key string) outbox.Message {
+	return outbox.Message{
+		ID: uuid.Must(uuid.NewV7()), Topic: "orders.created", Key: key, Payload: []byte(`{"n":1}`),
+		Headers:   map[string]string{"content-type": "application/json", "traceparent": "00-abc-01"},
+		CreatedAt: time.Now().UTC().Truncate(time.Second),
+	}
+}
+
+func park(t *testing.T, p ParkedTable, consumer string, m outbox.Message, attempts int, reason string) {
+	t.Helper()
+	if err := p.Park(t.Context(), consumer, m, attempts, reason); err != nil {
+		t.Fatalf("park message %s of %s: %v", m.ID, consumer, err)
+	}
+}
+
+func getParked(t *testing.T, p ParkedTable, consumer string, id uuid.UUID) outbox.ParkedMessage {
+	t.Helper()
+	got, err := p.GetParked(t.Context(), consumer, id)
+	if err != nil {
+		t.Fatalf("get parked message %s of %q: %v", id, consumer, err)
+	}
+	return got
+}
+
+func sameMessage(t *testing.T, got, want outbox.Message) {
+	t.Helper()
+	if got.ID != want.ID || got.Topic != want.Topic || got.Key != want.Key || string(got.Payload) != string(want.Payload) ||
+		!maps.Equal(got.Headers, want.Headers) || !got.CreatedAt.Equal(want.CreatedAt) {
+		t.Fatalf("parked message %s comes back as %+v; want %+v", want.ID, got, want)
+	}
+}
+
+func testParkKeepsTheMessage(t *testing.T, p ParkedTable) {
+	m := parkedMessage("customer-7")
+	before := time.Now().Add(-time.Minute) // the database's clock may differ a little
+	park(t, p, "billing", m, 3, "no such customer")
+	got := getParked(t, p, "billing", m.ID)
+	sameMessage(t, got.Message, m)
+	if got.Consumer != "billing" || got.Attempts != 3 || got.Error != "no such customer" || got.RetryRequested || got.ParkedAt.Before(before) {
+		t.Fatalf("parked message %s: consumer %q, %d attempts, error %q, retry %v, parked at %v; want billing, 3, the handler's error, no retry, now",
+			m.ID, got.Consumer, got.Attempts, got.Error, got.RetryRequested, got.ParkedAt)
+	}
+	if same := getParked(t, p, "", m.ID); same.Consumer != "billing" {
+		t.Fatalf("get parked message %s of any consumer: consumer %q; want billing", m.ID, same.Consumer)
+	}
+	if _, err := p.GetParked(t.Context(), "shipping", m.ID); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("get message %s parked by billing, as shipping's: %v; want ErrNotFound", m.ID, err)
+	}
+	noHeaders := outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "orders.created"}
+	park(t, p, "billing", noHeaders, 1, "permanent")
+	if got := getParked(t, p, "billing", noHeaders.ID); got.Headers != nil || got.Payload == nil || len(got.Payload) != 0 || !got.CreatedAt.IsZero() {
+		t.Fatalf("parked message without headers, payload or creation time comes back as %+v", got.Message)
+	}
+
+	park(t, p, "billing", m, 5, "still no such customer")
+	again := getParked(t, p, "billing", m.ID)
+	sameMessage(t, again.Message, m)
+	if again.Attempts != 5 || again.Error != "still no such customer" || again.ParkedAt.Before(got.ParkedAt) {
+		t.Fatalf("message %s parked again: %d attempts, error %q, parked at %v (first %v); want the new attempts, error and time",
+			m.ID, again.Attempts, again.Error, again.ParkedAt, got.ParkedAt)
+	}
+	park(t, p, "shipping", m, 2, "no address")
+	if _, err := p.GetParked(t.Context(), "", m.ID); err == nil || errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("get message %s parked by two consumers, naming none: %v; want an error asking to name one", m.ID, err)
+	}
+	counts, err := p.ParkedCounts(t.Context())
+	if err != nil || !maps.Equal(counts, map[string]int64{"billing": 2, "shipping": 1}) {
+		t.Fatalf("parked counts: %v, %v; want billing 2, shipping 1", counts, err)
+	}
+}
+
+func takeRetries(t *testing.T, p ParkedTable, consumer string, limit int) []uuid.UUID {
+	t.Helper()
+	msgs, err := p.TakeRetries(t.Context(), consumer, limit)
+	if err != nil {
+		t.Fatalf("take retries of %s: %v", consumer, err)
+	}
+	ids := make([]uuid.UUID, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	slices.SortFunc(ids, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
+	return ids
+}
+
+func requestRetry(t *testing.T, p ParkedTable, consumer string, want int, ids ...uuid.UUID) {
+	t.Helper()
+	n, err := p.RequestRetry(t.Context(), consumer, ids...)
+	if err != nil || n != want {
+		t.Fatalf("request retry of %s's %v: %d, %v; want %d", consumer, ids, n, err, want)
+	}
+}
+
+func testParkedRetryTakenOnce(t *testing.T, p ParkedTable) {
+	a, b, c, d := parkedMessage("k"), parkedMessage(""), parkedMessage(""), parkedMessage("")
+	for _, m := range []outbox.Message{a, b, c} {
+		park(t, p, "billing", m, 5, "failed")
+	}
+	park(t, p, "shipping", d, 5, "failed")
+	if got := takeRetries(t, p, "billing", 10); len(got) != 0 {
+		t.Fatalf("retries taken before any was requested: %v", got)
+	}
+	requestRetry(t, p, "billing", 1, a.ID, uuid.Must(uuid.NewV7()))
+	if got := getParked(t, p, "billing", a.ID); !got.RetryRequested {
+		t.Fatalf("message %s after its retry was requested: RetryRequested false", a.ID)
+	}
+
+	// Four processes of the consumer take at once: one gets the message.
+	var (
+		mu    sync.Mutex
+		taken []uuid.UUID
+		wg    sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			<-start
+			msgs, err := p.TakeRetries(context.WithoutCancel(t.Context()), "billing", 10)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Errorf("take retries: %v", err)
+			}
+			for _, m := range msgs {
+				taken = append(taken, m.ID)
+				sameMessage(t, m, a)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if !slices.Equal(taken, []uuid.UUID{a.ID}) {
+		t.Fatalf("four concurrent takers took %v; want message %s once", taken, a.ID)
+	}
+	if got := getParked(t, p, "billing", a.ID); got.RetryRequested {
+		t.Fatalf("message %s after it was taken: RetryRequested still true; want it cleared (the message stays parked until unparked)", a.ID)
+	}
+
+	// No ids: every parked message of the consumer, not another's.
+	requestRetry(t, p, "billing", 3)
+	first, second := takeRetries(t, p, "billing", 2), takeRetries(t, p, "billing", 2)
+	if len(first) != 2 || len(second) != 1 || len(takeRetries(t, p, "billing", 2)) != 0 {
+		t.Fatalf("retries of all of billing's 3 parked messages taken 2 at a time: %v then %v", first, second)
+	}
+	if got := getParked(t, p, "shipping", d.ID); got.RetryRequested {
+		t.Fatalf("retrying billing's messages requested the retry of shipping's %s", d.ID)
+	}
+
+	// A retried message that fails again is parked again, its request
+	// cleared.
+	requestRetry(t, p, "billing", 1, b.ID)
+	park(t, p, "billing", b, 5, "failed again")
+	if got := takeRetries(t, p, "billing", 10); len(got) != 0 {
+		t.Fatalf("retries taken after the requested message was parked again: %v; want none", got)
+	}
+	if _, err := p.RequestRetry(t.Context(), "", a.ID); err == nil {
+		t.Fatalf("request a retry naming no consumer: no error")
+	}
+}
+
+func testParkedUnparkDiscardList(t *testing.T, p ParkedTable) {
+	var msgs []outbox.Message
+	for range 5 {
+		m := parkedMessage("")
+		park(t, p, "billing", m, 5, "failed")
+		msgs = append(msgs, m)
+	}
+	other := parkedMessage("")
+	park(t, p, "shipping", other, 5, "failed")
+
+	var listed []uuid.UUID
+	after := uuid.Nil
+	for {
+		page, err := p.ListParked(t.Context(), "billing", after, 2)
+		if err != nil {
+			t.Fatalf("list parked after %s: %v", after, err)
+		}
+		for _, m := range page {
+			listed = append(listed, m.ID)
+		}
+		if len(page) < 2 {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	want := make([]uuid.UUID, len(msgs))
+	for i, m := range msgs {
+		want[i] = m.ID
+	}
+	if !slices.Equal(listed, want) {
+		t.Fatalf("billing's parked messages listed 2 at a time: %v; want %v in id order", listed, want)
+	}
+	all, err := p.ListParked(t.Context(), "", uuid.Nil, 100)
+	if err != nil || len(all) != 6 || all[5].ID != other.ID || all[5].Consumer != "shipping" {
+		t.Fatalf("list of every consumer's parked messages: %d, %v; want 6, shipping's last", len(all), err)
+	}
+
+	if err := p.Unpark(t.Context(), "billing", msgs[0].ID); err != nil {
+		t.Fatalf("unpark %s: %v", msgs[0].ID, err)
+	}
+	if _, err := p.GetParked(t.Context(), "billing", msgs[0].ID); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("get unparked message %s: %v; want ErrNotFound", msgs[0].ID, err)
+	}
+	if err := p.Unpark(t.Context(), "billing", msgs[0].ID); err != nil {
+		t.Fatalf("unpark %s twice: %v; want nil", msgs[0].ID, err)
+	}
+	if n, err := p.DiscardParked(t.Context(), "billing", msgs[1].ID, other.ID, uuid.Must(uuid.NewV7())); err != nil || n != 1 {
+		t.Fatalf("discard one of billing's parked messages, shipping's and an unknown one as billing: %d, %v; want 1", n, err)
+	}
+	if n, err := p.DiscardParked(t.Context(), "billing"); err != nil || n != 0 {
+		t.Fatalf("discard with no ids: %d, %v; want 0: discarding needs the ids", n, err)
+	}
+	if _, err := p.DiscardParked(t.Context(), "", other.ID); err == nil {
+		t.Fatalf("discard naming no consumer: no error")
+	}
+	counts, err := p.ParkedCounts(t.Context())
+	if err != nil || !maps.Equal(counts, map[string]int64{"billing": 3, "shipping": 1}) {
+		t.Fatalf("parked counts after an unpark and a discard: %v, %v; want billing 3, shipping 1", counts, err)
+	}
+}
