@@ -12,6 +12,9 @@ type InboxConsumerStats struct {
 	// AwaitingOutgoing counts the records kept until the messages their
 	// handler wrote to the outbox are published; the purge skips them.
 	AwaitingOutgoing int64
+	// Duplicates counts the deliveries of those messages that came again
+	// and were skipped (the records purged take their counts along).
+	Duplicates int64
 	// OldestAge is how long ago the oldest record's effects were complete:
 	// with the purge running, it stays below the retention.
 	OldestAge time.Duration

@@ -95,22 +95,28 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	message_id   uuid        NOT NULL,
 	processed_at timestamptz NOT NULL DEFAULT now(),
 	outgoing     uuid[]      NULL,
+	duplicates   integer     NOT NULL DEFAULT 0,
 	outbox_table text        NULL,
 	PRIMARY KEY (consumer, message_id)
 );
 ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outgoing uuid[] NULL;
 ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outbox_table text NULL;
+ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS duplicates integer NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;
 ` + parked.create,
 		schema:  schema,
 		qSchema: sqlident.Quote(schema),
 		q:       q,
-		mark:    `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		// A duplicate is counted on its record (`outbox inbox status`, the
+		// console); xmax is 0 only on a row the statement inserted.
+		mark: `INSERT INTO ` + q + ` AS i (consumer, message_id) VALUES ($1, $2)
+ON CONFLICT (consumer, message_id) DO UPDATE SET duplicates = i.duplicates + 1
+RETURNING i.xmax = 0`,
 		outgoing: `UPDATE ` + q + ` SET outgoing = coalesce(outgoing, '{}') || $3::uuid[], outbox_table = $4
 WHERE consumer = $1 AND message_id = $2 AND coalesce(outbox_table, $4) = $4`,
 		waiting: `SELECT DISTINCT outbox_table FROM ` + q + ` WHERE outgoing IS NOT NULL`,
-		stats: `SELECT consumer, count(*), count(*) FILTER (WHERE outgoing IS NOT NULL),
+		stats: `SELECT consumer, count(*), count(*) FILTER (WHERE outgoing IS NOT NULL), coalesce(sum(duplicates), 0),
 	(extract(epoch FROM now() - min(processed_at)) * 1000000)::bigint
 FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
 		purge: `DELETE FROM ` + q + ` WHERE (consumer, message_id) IN (
@@ -165,11 +171,11 @@ func (t *InboxTable) RunInTx(ctx context.Context, fn func(tx pgx.Tx) error) erro
 // MarkProcessed records that consumer processed id, inside tx, and reports
 // whether the record is new.
 func (t *InboxTable) MarkProcessed(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID) (bool, error) {
-	tag, err := tx.Exec(ctx, t.mark, consumer, pgUUID(id))
-	if err != nil {
+	var inserted bool
+	if err := tx.QueryRow(ctx, t.mark, consumer, pgUUID(id)).Scan(&inserted); err != nil {
 		return false, fmt.Errorf("outboxpg: record message %s in inbox %s: %w", id, t.name, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return inserted, nil
 }
 
 // RecordOutgoing notes, in tx, that handling message id wrote the messages
@@ -275,7 +281,7 @@ func (t *InboxTable) ConsumerStats(ctx context.Context) ([]outboxdriver.InboxCon
 	stats, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxdriver.InboxConsumerStats, error) {
 		var st outboxdriver.InboxConsumerStats
 		var ageMicros int64
-		err := row.Scan(&st.Consumer, &st.Records, &st.AwaitingOutgoing, &ageMicros)
+		err := row.Scan(&st.Consumer, &st.Records, &st.AwaitingOutgoing, &st.Duplicates, &ageMicros)
 		st.OldestAge = time.Duration(ageMicros) * time.Microsecond
 		return st, err
 	})

@@ -36,7 +36,7 @@ type InboxTable struct {
 	name  string
 
 	create   string
-	addCol   string // upgrades a table made before outgoing existed
+	addCols  map[string]string // column -> the ALTER TABLE that adds it to a table of an older release
 	mark     string // ?1 consumer, ?2 id, ?3 now in microseconds
 	outgoing string // ?1 consumer, ?2 id, ?3 JSON array of ids
 	settle   string // ?1 now in microseconds, ?2 limit
@@ -83,13 +83,21 @@ func NewInboxTable(store *Store, table string) (*InboxTable, error) {
 	message_id   TEXT    NOT NULL,
 	processed_at INTEGER NOT NULL,
 	outgoing     TEXT    NULL,
+	duplicates   INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (consumer, message_id)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;
 ` + parked.create,
-		addCol: `ALTER TABLE ` + q + ` ADD COLUMN outgoing TEXT NULL`,
-		mark:   `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING`,
+		addCols: map[string]string{
+			"outgoing":   `ALTER TABLE ` + q + ` ADD COLUMN outgoing TEXT NULL`,
+			"duplicates": `ALTER TABLE ` + q + ` ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0`,
+		},
+		// A duplicate is counted on its record (`outbox inbox status`, the
+		// console): a count of 0 means the statement inserted the record.
+		mark: `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (consumer, message_id) DO UPDATE SET duplicates = duplicates + 1
+RETURNING duplicates`,
 		outgoing: `UPDATE ` + q + ` SET outgoing = (SELECT json_group_array(value) FROM (
 	SELECT value FROM json_each(coalesce(outgoing, '[]')) UNION ALL SELECT value FROM json_each(?3)))
 WHERE consumer = ?1 AND message_id = ?2`,
@@ -101,7 +109,7 @@ WHERE consumer = ?1 AND message_id = ?2`,
 	WHERE r.outgoing IS NOT NULL
 		AND NOT EXISTS (SELECT 1 FROM json_each(r.outgoing) AS j JOIN ` + store.set.qTable + ` AS o ON o.id = j.value WHERE o.status <> 'published')
 	ORDER BY r.processed_at LIMIT ?2)`,
-		stats: `SELECT consumer, count(*), count(outgoing), ?1 - min(processed_at) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
+		stats: `SELECT consumer, count(*), count(outgoing), sum(duplicates), ?1 - min(processed_at) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
 		purge: `DELETE FROM ` + q + ` WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` WHERE outgoing IS NULL AND processed_at < ?1 ORDER BY processed_at LIMIT ?2)`,
 	}, nil
@@ -112,19 +120,30 @@ func (t *InboxTable) Name() string { return t.name }
 
 // Migrate creates the table and its indexes, and the table of parked
 // messages beside it (ParkedName), if they do not exist, and adds the
-// outgoing column to a table made by an older release.
+// outgoing and duplicates columns to a table made by an older release.
 func (t *InboxTable) Migrate(ctx context.Context) error {
 	return t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		var hasTable, hasOutgoing bool
-		err := tx.QueryRowContext(ctx, `SELECT count(*) > 0, coalesce(sum(name = 'outgoing'), 0) > 0 FROM pragma_table_info(?1)`,
-			strings.TrimPrefix(t.name, "main.")).Scan(&hasTable, &hasOutgoing)
+		rows, err := tx.QueryContext(ctx, `SELECT name FROM pragma_table_info(?1)`, strings.TrimPrefix(t.name, "main."))
 		if err != nil {
 			return fmt.Errorf("outboxsqlite: create inbox table %s: %w", t.name, err)
 		}
-		stmts := strings.Split(t.create, ";\n")
-		if hasTable && !hasOutgoing {
-			stmts = append([]string{t.addCol}, stmts...)
+		columns := map[string]bool{}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				rows.Close()
+				return fmt.Errorf("outboxsqlite: create inbox table %s: %w", t.name, err)
+			}
+			columns[name] = true
 		}
+		rows.Close()
+		var stmts []string
+		for column, add := range t.addCols {
+			if len(columns) > 0 && !columns[column] {
+				stmts = append(stmts, add)
+			}
+		}
+		stmts = append(stmts, strings.Split(t.create, ";\n")...)
 		for _, stmt := range stmts {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("outboxsqlite: create inbox table %s: %w", t.name, err)
@@ -142,12 +161,11 @@ func (t *InboxTable) RunInTx(ctx context.Context, fn func(tx *sql.Tx) error) err
 // MarkProcessed records that consumer processed id, inside tx, and reports
 // whether the record is new.
 func (t *InboxTable) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UUID) (bool, error) {
-	res, err := tx.ExecContext(ctx, t.mark, consumer, id.String(), time.Now().UnixMicro())
-	if err != nil {
+	var duplicates int64
+	if err := tx.QueryRowContext(ctx, t.mark, consumer, id.String(), time.Now().UnixMicro()).Scan(&duplicates); err != nil {
 		return false, fmt.Errorf("outboxsqlite: record message %s in inbox %s: %w", id, t.name, err)
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return duplicates == 0, nil
 }
 
 // RecordOutgoing notes, in tx, that handling message id wrote the messages
@@ -215,7 +233,7 @@ func (t *InboxTable) ConsumerStats(ctx context.Context) ([]outboxdriver.InboxCon
 	for rows.Next() {
 		var st outboxdriver.InboxConsumerStats
 		var ageMicros int64
-		if err := rows.Scan(&st.Consumer, &st.Records, &st.AwaitingOutgoing, &ageMicros); err != nil {
+		if err := rows.Scan(&st.Consumer, &st.Records, &st.AwaitingOutgoing, &st.Duplicates, &ageMicros); err != nil {
 			return nil, fmt.Errorf("outboxsqlite: count records of inbox %s: %w", t.name, err)
 		}
 		st.OldestAge = time.Duration(ageMicros) * time.Microsecond

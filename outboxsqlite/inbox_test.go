@@ -58,3 +58,36 @@ func TestNewInboxTableRejectsInvalidNames(t *testing.T) {
 		}
 	}
 }
+
+// An inbox table made by an older release (no outgoing or duplicates
+// column) is upgraded by Migrate, keeping its records.
+func TestInboxMigrateUpgradesATableOfAnOlderRelease(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, outboxsqlite.Options{})
+	old := uuid.Must(uuid.NewV7())
+	if _, err := store.DB().ExecContext(t.Context(), `CREATE TABLE processed_messages (
+	consumer TEXT NOT NULL, message_id TEXT NOT NULL, processed_at INTEGER NOT NULL,
+	PRIMARY KEY (consumer, message_id)) STRICT, WITHOUT ROWID;
+INSERT INTO processed_messages VALUES ('billing', ?1, 1)`, old.String()); err != nil {
+		t.Fatal(err)
+	}
+	table, err := outboxsqlite.NewInboxTable(store, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate an older table: %v", err)
+	}
+	in, err := outbox.NewInbox(table, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := in.Handle(t.Context(), old, func(context.Context, *sql.Tx) error { return nil })
+	if err != nil || applied {
+		t.Fatalf("the record kept from before the upgrade: applied %v, %v; want skipped", applied, err)
+	}
+	stats, err := table.ConsumerStats(t.Context())
+	if err != nil || len(stats) != 1 || stats[0].Duplicates != 1 {
+		t.Fatalf("stats after the upgrade: %+v, %v; want billing with 1 duplicate", stats, err)
+	}
+}

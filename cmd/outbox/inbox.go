@@ -115,7 +115,7 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 				rows := make([]map[string]any, len(stats))
 				for i, st := range stats {
 					rows[i] = map[string]any{"consumer": st.Consumer, "records": st.Records,
-						"awaiting_outgoing": st.AwaitingOutgoing, "oldest_seconds": st.OldestAge.Seconds(), "parked": parked[st.Consumer]}
+						"awaiting_outgoing": st.AwaitingOutgoing, "duplicates": st.Duplicates, "oldest_seconds": st.OldestAge.Seconds(), "parked": parked[st.Consumer]}
 				}
 				return json.NewEncoder(out).Encode(map[string]any{"table": t.Name(), "parked_table": t.ParkedName(), "consumers": rows})
 			}
@@ -125,9 +125,9 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "CONSUMER\tRECORDS\tAWAITING OUTGOING\tOLDEST\tPARKED")
+			fmt.Fprintln(tw, "CONSUMER\tRECORDS\tDUPLICATES\tAWAITING OUTGOING\tOLDEST\tPARKED")
 			for _, st := range stats {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\n", st.Consumer, st.Records, st.AwaitingOutgoing, st.OldestAge.Round(time.Second), parked[st.Consumer])
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\n", st.Consumer, st.Records, st.Duplicates, st.AwaitingOutgoing, st.OldestAge.Round(time.Second), parked[st.Consumer])
 			}
 			return tw.Flush()
 		},

@@ -19,7 +19,7 @@ import (
 
 // applyFunc applies a message through consumer "billing"'s inbox; with
 // outgoing, its handler writes a message to the outbox.
-type applyFunc func(t *testing.T, outgoing bool)
+type applyFunc func(t *testing.T, id uuid.UUID, outgoing bool)
 
 // testInboxCommands runs `outbox inbox migrate|status|purge` against a
 // migrated outbox table (db: the database flags) whose inbox table apply
@@ -34,19 +34,22 @@ func testInboxCommands(t *testing.T, db []string, apply func(t *testing.T) apply
 		t.Fatalf("inbox status of an empty table printed %q", out)
 	}
 	a := apply(t)
-	a(t, false)
-	a(t, true)
+	quiet, busy := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	a(t, quiet, false)
+	a(t, busy, true)
+	a(t, quiet, false) // delivered again: a duplicate, skipped and counted
 
 	var st struct {
 		Consumers []struct {
 			Consumer         string `json:"consumer"`
 			Records          int64  `json:"records"`
 			AwaitingOutgoing int64  `json:"awaiting_outgoing"`
+			Duplicates       int64  `json:"duplicates"`
 		} `json:"consumers"`
 	}
 	if err := json.Unmarshal([]byte(mustCLI(t, with("inbox", "status", "--json")...)), &st); err != nil ||
-		len(st.Consumers) != 1 || st.Consumers[0].Consumer != "billing" || st.Consumers[0].Records != 2 || st.Consumers[0].AwaitingOutgoing != 1 {
-		t.Fatalf("inbox status --json: %+v, %v; want billing with 2 records, 1 awaiting its outgoing message", st, err)
+		len(st.Consumers) != 1 || st.Consumers[0].Consumer != "billing" || st.Consumers[0].Records != 2 || st.Consumers[0].AwaitingOutgoing != 1 || st.Consumers[0].Duplicates != 1 {
+		t.Fatalf("inbox status --json: %+v, %v; want billing with 2 records, 1 awaiting its outgoing message, 1 duplicate", st, err)
 	}
 	if out := mustCLI(t, with("inbox", "status")...); !strings.Contains(out, "billing") {
 		t.Fatalf("inbox status printed %q; want the consumer's row", out)
@@ -110,8 +113,8 @@ func inboxApplier[TTx any](t *testing.T, table outbox.InboxStore[TTx], store out
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(t *testing.T, outgoing bool) {
-		_, err := in.Handle(t.Context(), uuid.Must(uuid.NewV7()), func(ctx context.Context, tx TTx) error {
+	return func(t *testing.T, id uuid.UUID, outgoing bool) {
+		_, err := in.Handle(t.Context(), id, func(ctx context.Context, tx TTx) error {
 			if !outgoing {
 				return nil
 			}
