@@ -37,11 +37,11 @@ type InboxTable struct {
 
 	create   string
 	addCols  map[string]string // column -> the ALTER TABLE that adds it to a table of an older release
-	mark     string // ?1 consumer, ?2 id, ?3 now in microseconds
-	outgoing string // ?1 consumer, ?2 id, ?3 JSON array of ids
-	settle   string // ?1 now in microseconds, ?2 limit
-	purge    string // ?1 before in microseconds, ?2 limit
-	stats    string // ?1 now in microseconds
+	mark     string            // ?1 consumer, ?2 id, ?3 now in microseconds
+	outgoing string            // ?1 consumer, ?2 id, ?3 JSON array of ids
+	settle   string            // ?1 now in microseconds, ?2 limit
+	purge    string            // ?1 before in microseconds, ?2 limit
+	stats    string            // ?1 now in microseconds
 
 	parked parkedStatements // on the parked table beside it
 }
