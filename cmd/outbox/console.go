@@ -26,6 +26,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/outboxdriver"
+	"github.com/go-outbox/outbox/outboxpg"
 )
 
 //go:embed console.html
@@ -49,15 +50,19 @@ const (
 
 func newConsoleCommand(g *globalFlags) *cobra.Command {
 	var (
-		addr       string
-		allowHosts []string
+		addr           string
+		allowHosts     []string
+		inboxTableName string
 	)
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Serve a web page to watch the table and handle dead letters",
 		Long: `console serves a web page on --addr: the table's counts (pending, in flight, dead,
 oldest pending age) and its dead letters, which it filters by topic and error text, shows one
-by one (headers, payload as JSON or hex) and retries or discards, one or every match of a filter.
+by one (headers, payload as JSON or hex) and retries or discards, one or every match of a filter;
+and, with --inbox-table, the consumers of the inbox table: their records, the duplicates they
+skipped, those kept for pending outgoing messages and the messages they parked, which it lists and
+hands back to the running consumer.
 
 It has no login: it listens on 127.0.0.1 by default; to reach it from elsewhere, put it behind
 your authenticating proxy. It answers only requests addressed to an IP address, localhost, the
@@ -80,7 +85,14 @@ matches the page counted, not on messages that died since.`,
 			if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 				allowHosts = append(allowHosts, host)
 			}
-			c, err := newConsole(b.admin, b.store.Name(), g.logger, allowHosts)
+			var inbox inboxTable
+			if inboxTableName != "" {
+				if inbox, err = b.inbox(cmd.Context(), inboxTableName); err != nil {
+					ln.Close()
+					return err
+				}
+			}
+			c, err := newConsole(b.admin, inbox, b.store.Name(), g.logger, allowHosts)
 			if err != nil {
 				ln.Close()
 				return err
@@ -100,6 +112,7 @@ matches the page counted, not on messages that died since.`,
 		},
 	}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve the console on")
+	cmd.Flags().StringVar(&inboxTableName, "inbox-table", outboxpg.InboxTableDefault, "the consumers' inbox table beside the outbox table, for the Inbox page (\"\" for none)")
 	cmd.Flags().StringArrayVar(&allowHosts, "allow-host", nil, "also answer requests addressed to this host name (repeatable), e.g. the name of your proxy; IP addresses and localhost always work")
 	return cmd
 }
@@ -107,6 +120,7 @@ matches the page counted, not on messages that died since.`,
 // console serves the pages of one outbox table.
 type console struct {
 	admin outboxdriver.Admin
+	inbox inboxTable // nil without --inbox-table
 	table string
 	log   *slog.Logger
 	csrf  string          // the token every form carries, new for each process
@@ -115,12 +129,12 @@ type console struct {
 
 // newConsole returns the console of a table; it answers requests addressed
 // to IP addresses, localhost and the names in hosts.
-func newConsole(admin outboxdriver.Admin, table string, log *slog.Logger, hosts []string) (*console, error) {
+func newConsole(admin outboxdriver.Admin, inbox inboxTable, table string, log *slog.Logger, hosts []string) (*console, error) {
 	var token [32]byte
 	if _, err := rand.Read(token[:]); err != nil {
 		return nil, err
 	}
-	c := &console{admin: admin, table: table, log: log, csrf: hex.EncodeToString(token[:]), hosts: map[string]bool{}}
+	c := &console{admin: admin, inbox: inbox, table: table, log: log, csrf: hex.EncodeToString(token[:]), hosts: map[string]bool{}}
 	for _, h := range hosts {
 		c.hosts[hostName(h)] = true
 	}
@@ -134,6 +148,9 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET /dead/{id}", c.message)
 	mux.HandleFunc("POST /dead/{id}/{action}", c.checked(c.actOnOne))
 	mux.HandleFunc("POST /dead/{action}", c.checked(c.actOnMatches))
+	mux.HandleFunc("GET /inbox", c.inboxPage)
+	mux.HandleFunc("GET /inbox/parked", c.parkedPage)
+	mux.HandleFunc("POST /inbox/parked/retry", c.checked(c.retryParked))
 	// The form token stops forms posted from other sites; this stops them
 	// earlier, by what the browser says of the form's origin, in case a
 	// token ever leaks.
@@ -181,7 +198,8 @@ func (c *console) page(r *http.Request, title string) page {
 
 // consoleVerbs are the changes a form can ask for, and how a page announces
 // them.
-var consoleVerbs = map[string]string{"retry": "pending again", "discard": "discarded"}
+var consoleVerbs = map[string]string{"retry": "pending again", "discard": "discarded",
+	"retry-parked": "to be handled again by the running consumer"}
 
 // flash is the announcement of the change a POST redirected from: done names
 // the change, n how many messages it changed, and of, for every match of a

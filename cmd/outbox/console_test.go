@@ -51,6 +51,28 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 		t.Fatal(err)
 	}
 	dead := deadLetter(t, store, `{"order_id":"o-7","total_cents":1250}`, "endpoint answered 422: total must be positive")
+	// A consumer's inbox beside the table: two applied messages, one
+	// delivered twice, and a parked one.
+	mustCLI(t, append([]string{"inbox", "migrate"}, db...)...)
+	inboxTable, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := outbox.NewInbox(inboxTable, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []uuid.UUID{uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())} {
+		for range 2 {
+			if _, err := inbox.Handle(t.Context(), id, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	poison := outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "invoices.due", Key: "o-7", Payload: []byte(`{"order_id":"o-7"}`)}
+	if err := inboxTable.Park(t.Context(), "billing", poison, 5, "tax service answered 500"); err != nil {
+		t.Fatal(err)
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -128,6 +150,12 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 	step("open the message", chromedp.Navigate(base+"/dead/"+dead.String()))
 	payload := read("the payload", "#payload")
 	shoot("message")
+	step("open the inbox", chromedp.Navigate(base+"/inbox"))
+	consumer := read("the consumer's row", "#c-billing")
+	shoot("inbox")
+	if !strings.Contains(consumer, "billing") || !strings.HasSuffix(strings.TrimSpace(consumer), "1") {
+		t.Fatalf("inbox row %q; want consumer billing with its parked message", consumer)
+	}
 	step("open the dead letters", chromedp.Navigate(base+"/dead"))
 	step("click Retry", chromedp.Click(chromedp.CSS("#m-"+dead.String()+" button.retry")))
 	step("wait for the result", chromedp.WaitVisible(chromedp.CSS("#flash")))
@@ -223,7 +251,7 @@ func TestConsoleDiscardsTheMatchesThePageShowedNotThoseThatDiedSince(t *testing.
 	late, lateToken := writeAndClaim(t, store, "{}")
 	timeouts := []uuid.UUID{deadLetter(t, store, "{}", "timeout after 5s"), deadLetter(t, store, "{}", "Timeout after 5s")}
 	other := deadLetter(t, store, "{}", "refused: 422")
-	c, err := newConsole(store, store.Name(), relaytest.TestLogger(t), nil)
+	c, err := newConsole(store, nil, store.Name(), relaytest.TestLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +342,7 @@ func (a *fakeAdmin) DiscardDead(_ context.Context, ids ...uuid.UUID) (int, error
 func TestConsoleAnswersOnlyItsOwnHostNamesAndPostsFromItsOwnPages(t *testing.T) {
 	t.Parallel()
 	admin := &fakeAdmin{}
-	c, err := newConsole(admin, "public.outbox", relaytest.TestLogger(t), []string{"Console.Internal."})
+	c, err := newConsole(admin, nil, "public.outbox", relaytest.TestLogger(t), []string{"Console.Internal."})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +402,7 @@ func TestConsoleAnswersOnlyItsOwnHostNamesAndPostsFromItsOwnPages(t *testing.T) 
 // text in it shows nothing.
 func TestConsoleAnnouncesOnlyItsOwnResults(t *testing.T) {
 	t.Parallel()
-	c, err := newConsole(&fakeAdmin{}, "public.outbox", relaytest.TestLogger(t), nil)
+	c, err := newConsole(&fakeAdmin{}, nil, "public.outbox", relaytest.TestLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

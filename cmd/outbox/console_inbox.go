@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+// consoleParkedRows is how many parked messages the page of a consumer
+// lists.
+const consoleParkedRows = 200
+
+// inboxRow is one consumer on the inbox page.
+type inboxRow struct {
+	outboxdriver.InboxConsumerStats
+	Parked int64
+}
+
+// Oldest is the age of the consumer's oldest record, rounded for reading.
+func (r inboxRow) Oldest() string {
+	if r.Records == 0 {
+		return "-"
+	}
+	return r.OldestAge.Round(time.Second).String()
+}
+
+// inboxPage shows each consumer of the inbox table: its records, the
+// duplicates they skipped, those kept for pending outgoing messages, and
+// the messages it parked.
+func (c *console) inboxPage(w http.ResponseWriter, r *http.Request) {
+	data := struct {
+		page
+		Inbox, Parked, Problem string
+		Rows                   []inboxRow
+	}{page: c.page(r, "Inbox")}
+	if c.inbox == nil {
+		data.Problem = "no inbox table: start the console with --inbox-table"
+		c.render(w, "inbox", data)
+		return
+	}
+	data.Inbox, data.Parked = c.inbox.Name(), c.inbox.ParkedName()
+	stats, err := c.inbox.ConsumerStats(r.Context())
+	if err == nil {
+		var parked map[string]int64
+		if parked, err = c.inbox.ParkedCounts(r.Context()); err == nil {
+			data.Rows = inboxRows(stats, parked)
+		}
+	}
+	if err != nil {
+		// Most often the table does not exist: say so on the page, which
+		// still works for the outbox.
+		c.log.Warn("outbox console: reading the inbox table failed", "error", err)
+		data.Problem = fmt.Sprintf("cannot read the inbox table %s: %v (run `outbox inbox migrate`, or start the console with --inbox-table)", c.inbox.Name(), err)
+	}
+	c.render(w, "inbox", data)
+}
+
+// inboxRows joins the record counts and the parked counts by consumer; a
+// consumer may have parked messages and no records.
+func inboxRows(stats []outboxdriver.InboxConsumerStats, parked map[string]int64) []inboxRow {
+	rows := make([]inboxRow, 0, len(stats))
+	seen := map[string]bool{}
+	for _, st := range stats {
+		rows = append(rows, inboxRow{InboxConsumerStats: st, Parked: parked[st.Consumer]})
+		seen[st.Consumer] = true
+	}
+	for consumer, n := range parked {
+		if !seen[consumer] {
+			rows = append(rows, inboxRow{InboxConsumerStats: outboxdriver.InboxConsumerStats{Consumer: consumer}, Parked: n})
+		}
+	}
+	return rows
+}
+
+// parkedPage lists the messages one consumer parked.
+func (c *console) parkedPage(w http.ResponseWriter, r *http.Request) {
+	if c.inbox == nil {
+		http.Error(w, "no inbox table: start the console with --inbox-table", http.StatusNotFound)
+		return
+	}
+	consumer := r.URL.Query().Get("consumer")
+	if consumer == "" {
+		http.Error(w, "name the consumer: /inbox/parked?consumer=NAME", http.StatusBadRequest)
+		return
+	}
+	rows, err := c.inbox.ListParked(r.Context(), consumer, uuid.Nil, consoleParkedRows)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	c.render(w, "parked", struct {
+		page
+		Consumer string
+		Rows     []outbox.ParkedMessage
+		Max      int
+	}{c.page(r, "Parked: "+consumer), consumer, rows, consoleParkedRows})
+}
+
+// retryParked asks the running consumer to handle parked messages again:
+// the ones named by id, or all of the consumer's with all=1.
+func (c *console) retryParked(w http.ResponseWriter, r *http.Request) {
+	if c.inbox == nil {
+		http.Error(w, "no inbox table: start the console with --inbox-table", http.StatusNotFound)
+		return
+	}
+	consumer := r.PostFormValue("consumer")
+	if consumer == "" {
+		http.Error(w, "name the consumer", http.StatusBadRequest)
+		return
+	}
+	var ids []uuid.UUID
+	if r.PostFormValue("all") != "1" {
+		id, err := uuid.Parse(r.PostFormValue("id"))
+		if err != nil {
+			http.Error(w, "not a message id: "+strconv.Quote(r.PostFormValue("id")), http.StatusBadRequest)
+			return
+		}
+		ids = append(ids, id)
+	}
+	n, err := c.inbox.RequestRetry(r.Context(), consumer, ids...)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	c.log.Info("outbox console: parked messages to retry", "consumer", consumer, "messages", n)
+	http.Redirect(w, r, "/inbox/parked?"+url.Values{"consumer": {consumer}, "done": {"retry-parked"}, "n": {strconv.Itoa(n)}}.Encode(), http.StatusSeeOther)
+}
