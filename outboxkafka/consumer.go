@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/backoff"
 	"github.com/go-outbox/outbox/internal/consume"
 )
 
@@ -89,8 +90,11 @@ func FromRecord(r *kgo.Record) (outbox.Message, error) {
 // inbox skips. The records of one partition are handled one after the
 // other, so the order of a key (which picks the partition) holds; partitions
 // are handled concurrently. A failing record is retried in place and, after
-// cfg.MaxDeliver attempts, parked in cfg.DeadLetterTopic or cfg.Parked. opts
-// configure the client (TLS, SASL...).
+// cfg.MaxDeliver attempts, parked in cfg.DeadLetterTopic or cfg.Parked; while
+// it cannot be written there (the topic is missing, the broker or the
+// database refuses), it is tried again with the same backoff and its
+// partition waits: no later offset of the partition is committed before it.
+// opts configure the client (TLS, SASL...).
 func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error, opts ...kgo.Opt) error {
 	switch {
 	case cfg.Group == "":
@@ -147,7 +151,8 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 					if ctx.Err() != nil {
 						return
 					}
-					d := &consumed{client: client, r: r, deadLetters: cfg.DeadLetterTopic}
+					d := &consumed{backoffBase: cfg.BackoffBase, backoffMax: cfg.BackoffMax, client: client, deadLetters: cfg.DeadLetterTopic,
+						log: cfg.Logger.With(slog.String("consumer", cfg.Group)), r: r}
 					m, err := FromRecord(r)
 					if err != nil {
 						if d.deadLetters == "" {
@@ -156,15 +161,19 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 							continue
 						}
 						cfg.Logger.Error("outboxkafka: record parked: not an outbox message", slog.String("consumer", cfg.Group), slog.Any("error", err))
-						if err := d.park(err.Error()); err != nil {
-							return // not marked: delivered again
+						if err := d.park(ctx, err.Error()); err != nil {
+							return // the context ended: not marked, the rest of the partition waits
 						}
 						continue
 					}
 					d.m = m
 					consume.Handle(ctx, lanes, d, fn)
+					// Handle returns with d neither acknowledged nor parked
+					// only when the context ended (parking retries until
+					// then): marking a later record would commit an offset
+					// past this one, and it would never come again.
 					if !d.done {
-						return // the context ended: the rest of the partition waits
+						return // not marked: the rest of the partition waits
 					}
 				}
 			})
@@ -185,11 +194,13 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 
 // consumed is a Kafka record for consume.Handle.
 type consumed struct {
-	client      *kgo.Client
-	r           *kgo.Record
-	m           outbox.Message
-	deadLetters string
-	done        bool // acknowledged or parked
+	backoffBase, backoffMax time.Duration // between two attempts to park
+	client                  *kgo.Client
+	deadLetters             string
+	done                    bool // acknowledged or parked
+	log                     *slog.Logger
+	m                       outbox.Message
+	r                       *kgo.Record
 }
 
 func (d *consumed) Message() outbox.Message { return d.m }
@@ -203,19 +214,49 @@ func (d *consumed) Ack(context.Context) error {
 }
 
 // Park copies the record to the dead-letter topic, then marks it handled.
-func (d *consumed) Park(_ context.Context, attempts int, cause error) error {
-	return d.park(consume.Reason(attempts, cause))
+func (d *consumed) Park(ctx context.Context, attempts int, cause error) error {
+	return d.park(ctx, consume.Reason(attempts, cause))
 }
 
-func (d *consumed) park(reason string) error {
+// park copies the record to the dead-letter topic with reason, then marks it
+// handled. Until the copy is written it tries again, with a backoff, and
+// returns an error only once ctx ended. It must not give up earlier: the
+// partition would go on with the next records and, marking them, commit an
+// offset past this one, which then never comes again. Retrying in place
+// keeps the order of the partition and calls the handler no more; seeking
+// back to the record instead would run its MaxDeliver attempts again each
+// round.
+func (d *consumed) park(ctx context.Context, reason string) error {
+	wait := backoff.NewJittered(d.backoffBase, d.backoffMax)
+	for {
+		err := d.produce(ctx, reason)
+		if err == nil {
+			d.client.MarkCommitRecords(d.r)
+			d.done = true
+			return nil
+		}
+		err = fmt.Errorf("outboxkafka: park record %s/%d@%d in %s: %w", d.r.Topic, d.r.Partition, d.r.Offset, d.deadLetters, err)
+		if ctx.Err() != nil {
+			return err
+		}
+		d.log.Warn("outboxkafka: parking a record in the dead-letter topic failed; trying again (its partition waits meanwhile, its offset uncommitted)",
+			slog.String("kafka_topic", d.r.Topic), slog.Int("partition", int(d.r.Partition)), slog.Int64("offset", d.r.Offset),
+			slog.String("dead_letter_topic", d.deadLetters), slog.Duration("retry_in", wait.Next()), slog.Any("error", err))
+		if !wait.Sleep(ctx, nil) {
+			return err
+		}
+	}
+}
+
+// produce writes the copy of the record with reason to the dead-letter topic
+// once. The copy is a new kgo.Record each time: the client keeps the context
+// of a produced record in it and fails a record whose context ended. A write
+// under way when ctx ends is let finish (within a bound), so that a record
+// copied to the dead-letter topic is also marked rather than parked twice.
+func (d *consumed) produce(ctx context.Context, reason string) error {
 	parked := &kgo.Record{Topic: d.deadLetters, Key: d.r.Key, Value: d.r.Value,
 		Headers: append(append([]kgo.RecordHeader(nil), d.r.Headers...), kgo.RecordHeader{Key: HeaderParkReason, Value: []byte(reason)})}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := d.client.ProduceSync(ctx, parked).FirstErr(); err != nil {
-		return fmt.Errorf("outboxkafka: park record in %s: %w", d.deadLetters, err)
-	}
-	d.client.MarkCommitRecords(d.r)
-	d.done = true
-	return nil
+	return d.client.ProduceSync(ctx, parked).FirstErr()
 }

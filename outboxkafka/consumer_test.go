@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/kafkatest"
@@ -219,4 +222,118 @@ func TestARecordThatKeepsFailingIsParkedInTheDeadLetterTopic(t *testing.T) {
 	if err != nil || m.ID != batch[0].ID || reason == "" || attempts.Load() != 3 {
 		t.Fatalf("parked record %v (%v), reason %q, after %d attempts; want message %s with its reason after MaxDeliver = 3", m.ID, err, reason, attempts.Load(), batch[0].ID)
 	}
+}
+
+// A record that keeps failing while the dead-letter topic refuses it (the
+// broker denies the write) is not skipped: its partition waits at it, so no
+// offset past it is committed and a later record of its partition, arrived
+// meanwhile, is neither handled nor committed before it. The next member of
+// the group gets it again, parks it once the topic takes it, then goes on.
+func TestARecordThatCannotBeParkedHoldsItsPartitionAndComesAgain(t *testing.T) {
+	t.Parallel()
+	poison := publishertest.Messages("", 1)[0]
+	poison.Key = "customer-7" // one partition: the later record below comes after it
+	c, cfg := groupSetup(t, []outbox.Message{poison})
+	if c.Fake() == nil {
+		t.Skip("faults are injected into kfake only")
+	}
+	cfg.MaxDeliver = 2
+	refused := c.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: cfg.DeadLetterTopic, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	var (
+		mu    sync.Mutex
+		tries = map[uuid.UUID]int{}
+	)
+	handler := func(_ context.Context, m outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tries[m.ID]++
+		if m.ID == poison.ID {
+			return errors.New("no such customer (injected)")
+		}
+		return nil
+	}
+	tried := func(id uuid.UUID) int { mu.Lock(); defer mu.Unlock(); return tries[id] }
+
+	stop := consumeGroup(t, c, cfg, handler)
+	if err := refused.Wait(ctxTimeout(t, 30*time.Second), 1); err != nil {
+		t.Fatalf("the record was not parked after MaxDeliver attempts: %v", err)
+	}
+	// Published after the refusal, so that it comes in a later fetch than
+	// the record ahead of it.
+	later := publishertest.Messages("", 1)[0]
+	later.Key = poison.Key
+	publish(t, c, cfg.Topics[0], []outbox.Message{later})
+	eventually(t, "more refused attempts to park, or the later record handled", func() bool {
+		return refused.Hits() >= 5 || tried(later.ID) > 0
+	})
+	stop() // commits the marked offsets
+	if n := tried(later.ID); n != 0 {
+		t.Errorf("the later record %s was handled %d time(s) while the record %s ahead of it in its partition was neither handled nor parked", later.ID, n, poison.ID)
+	}
+	for p, off := range committedOffsets(t, c, cfg.Group, cfg.Topics[0]) {
+		if off > 0 {
+			t.Fatalf("partition %d committed at offset %d while its record at offset 0 (%s) could not be parked; want nothing committed past it, or it never comes again", p, off, poison.ID)
+		}
+	}
+
+	refused.Remove() // the operator grants the write
+	stop = consumeGroup(t, c, cfg, handler)
+	parked, err := c.Consume(t, cfg.DeadLetterTopic).Next(ctxTimeout(t, 30*time.Second), 1)
+	if err != nil {
+		t.Fatalf("the record was not parked by the next member: %v", err)
+	}
+	if m, err := outboxkafka.FromRecord(parked[0]); err != nil || m.ID != poison.ID {
+		t.Fatalf("parked %v (%v); want %s", m.ID, err, poison.ID)
+	}
+	eventually(t, "the later record handled", func() bool { return tried(later.ID) == 1 })
+	stop()
+	if n := tried(poison.ID); n != 4 {
+		t.Errorf("the record was tried %d times; want MaxDeliver = 2 by each member: the second got it again", n)
+	}
+	committed := committedOffsets(t, c, cfg.Group, cfg.Topics[0])
+	var total int64
+	for _, off := range committed {
+		total += max(off, 0)
+	}
+	if total != 2 {
+		t.Fatalf("committed offsets %v; want 2 in the records' partition (both handled), nothing in the other", committed)
+	}
+}
+
+// committedOffsets returns the offsets group committed in each partition
+// of topic; -1 means none.
+func committedOffsets(t *testing.T, c *kafkatest.Cluster, group, topic string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Seeds()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	g := kmsg.NewOffsetFetchRequestGroup()
+	g.Group = group
+	rt := kmsg.NewOffsetFetchRequestGroupTopic()
+	rt.Topic, rt.Partitions = topic, []int32{0, 1}
+	g.Topics = append(g.Topics, rt)
+	req.Groups = append(req.Groups, g)
+	resp, err := req.RequestWith(ctxTimeout(t, 30*time.Second), cl)
+	if err == nil && len(resp.Groups) != 1 {
+		err = fmt.Errorf("%d groups in the response", len(resp.Groups))
+	}
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Groups[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("committed offsets of group %s: %v", group, err)
+	}
+	out := map[int32]int64{}
+	for _, rt := range resp.Groups[0].Topics {
+		for _, p := range rt.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				t.Fatalf("committed offset of group %s in %s/%d: %v", group, topic, p.Partition, err)
+			}
+			out[p.Partition] = p.Offset
+		}
+	}
+	return out
 }

@@ -11,19 +11,7 @@ require (
 )
 
 require (
-	github.com/dustin/go-humanize v1.0.1 // indirect
-	github.com/mattn/go-isatty v0.0.24 // indirect
-	github.com/ncruces/go-strftime v1.0.0 // indirect
-	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	modernc.org/libc v1.77.1 // indirect
-	modernc.org/mathutil v1.7.1 // indirect
-	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.60.1 // indirect
-)
-
-require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
-	github.com/go-outbox/outbox/outboxsqlite v0.0.0-00010101000000-000000000000
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
@@ -38,5 +26,3 @@ require (
 replace github.com/go-outbox/outbox => ..
 
 replace github.com/go-outbox/outbox/internal/natstest => ../internal/natstest
-
-replace github.com/go-outbox/outbox/outboxsqlite => ../outboxsqlite
