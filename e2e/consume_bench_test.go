@@ -107,7 +107,7 @@ func benchInbox(b *testing.B) *outbox.Inbox[pgx.Tx] {
 	return inbox
 }
 
-func publishAll(b *testing.B, p outbox.Publisher, msgs []outbox.Message) {
+func publishAll(b testing.TB, p outbox.Publisher, msgs []outbox.Message) {
 	for start := 0; start < len(msgs); start += 1000 {
 		batch := msgs[start:min(start+1000, len(msgs))]
 		for i, err := range p.Publish(b.Context(), batch) {
