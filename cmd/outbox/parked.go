@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"text/tabwriter"
@@ -175,17 +176,7 @@ again with the new error. Nothing happens until a process of the consumer runs.`
 			if err != nil {
 				return err
 			}
-			t, done, err := open(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			n, err := t.RequestRetry(cmd.Context(), consumer, ids...)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%d parked message(s) of %s marked for a retry; the running consumer takes them within a second\n", n, consumer)
-			return missingParked(len(ids), n, consumer)
+			return changeParked(cmd, open, consumer, ids, inboxTable.RequestRetry, "marked for a retry; the running consumer takes them within a second")
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to retry (required)")
@@ -206,21 +197,30 @@ func newParkedDiscardCommand(open openInbox) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, done, err := open(cmd)
-			if err != nil {
-				return err
-			}
-			defer done()
-			n, err := t.DiscardParked(cmd.Context(), consumer, ids...)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%d parked message(s) of %s discarded\n", n, consumer)
-			return missingParked(len(ids), n, consumer)
+			return changeParked(cmd, open, consumer, ids, inboxTable.DiscardParked, "discarded")
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to discard (required)")
 	return cmd
+}
+
+// changeParked applies change (RequestRetry, DiscardParked) to the parked
+// messages ids of consumer, or to all of them when ids is empty, says what
+// it did, and fails for ids that matched nothing.
+func changeParked(cmd *cobra.Command, open openInbox, consumer string, ids []uuid.UUID,
+	change func(t inboxTable, ctx context.Context, consumer string, ids ...uuid.UUID) (int, error), did string,
+) error {
+	t, done, err := open(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	n, err := change(t, cmd.Context(), consumer, ids...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%d parked message(s) of %s %s\n", n, consumer, did)
+	return missingParked(len(ids), n, consumer)
 }
 
 // missingParked reports ids that matched no parked message of consumer.
