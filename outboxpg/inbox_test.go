@@ -59,16 +59,7 @@ func TestInboxConformance(t *testing.T) {
 // transaction: they exist only if the message was applied.
 func TestInboxHandlerWritesToTheOutboxInItsTransaction(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	store := newStore(t, pool, outboxpg.Options{})
-	schema, _, _ := strings.Cut(store.Name(), ".")
-	table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
-	if err != nil {
-		t.Fatalf("new inbox table: %v", err)
-	}
-	if err := table.Migrate(t.Context()); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	store, table := newOutboxAndInbox(t)
 	in, err := outbox.NewInbox(table, "shipping")
 	if err != nil {
 		t.Fatalf("new inbox: %v", err)
@@ -104,16 +95,7 @@ func TestInboxHandlerWritesToTheOutboxInItsTransaction(t *testing.T) {
 // not at the relay's next poll (an hour away here).
 func TestInboxCommitWakesTheRelayOfItsOutgoingMessages(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t)
-	store := newStore(t, pool, outboxpg.Options{})
-	schema, _, _ := strings.Cut(store.Name(), ".")
-	table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := table.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	store, table := newOutboxAndInbox(t)
 	in, err := outbox.NewInbox(table, "shipping")
 	if err != nil {
 		t.Fatal(err)
@@ -129,6 +111,23 @@ func TestInboxCommitWakesTheRelayOfItsOutgoingMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.WaitFor(t, 10*time.Second, "the outgoing message published after the inbox's commit", func() bool { return rec.Count(out.ID) == 1 })
+}
+
+// newOutboxAndInbox returns a migrated outbox table and inbox table in a
+// fresh schema.
+func newOutboxAndInbox(t *testing.T) (*outboxpg.Store, *outboxpg.InboxTable) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{})
+	schema, _, _ := strings.Cut(store.Name(), ".")
+	table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
+	if err != nil {
+		t.Fatalf("new inbox table: %v", err)
+	}
+	if err := table.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return store, table
 }
 
 func TestNewInboxTableRejectsInvalidNames(t *testing.T) {
