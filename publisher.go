@@ -78,6 +78,10 @@ func (hs *Handlers) Handle(topic string, h Handler) {
 	hs.byTopic[topic] = h
 }
 
+// KeepsKeyOrder marks Handlers as a KeyOrderKeeper: it holds back a key's
+// later messages after a failure.
+func (hs *Handlers) KeepsKeyOrder() {}
+
 // Publish runs the handlers; see Handlers.
 func (hs *Handlers) Publish(ctx context.Context, batch []Message) []error {
 	errs := make([]error, len(batch))

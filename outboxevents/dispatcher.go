@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"sync"
 
+	"github.com/google/uuid"
+
 	"github.com/go-outbox/outbox"
 )
 
@@ -100,18 +102,33 @@ func Handle[E any, TTx any](d *Dispatcher[TTx], name string, fn func(ctx context
 // or its body undecodable, and otherwise retryable: the handlers' errors
 // (the retry runs only the handlers that have not applied it), or
 // ErrNewerVersion for an event written by a newer release, which a retry
-// after this process is upgraded decodes.
+// after this process is upgraded decodes. After an event fails (retryably),
+// the batch's later events of its key are not dispatched: they are held
+// back (outbox.HeldBack), so a key's events are applied in order.
 func (d *Dispatcher[TTx]) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))
+	failed := map[string]uuid.UUID{} // key -> its message that failed
 	for i := range batch {
+		m := &batch[i]
+		if first, ok := failed[m.Key]; ok && m.Key != "" {
+			errs[i] = outbox.HeldBack(fmt.Errorf("outboxevents: event %s not dispatched: event %s of the same key failed before it", m.ID, first))
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
-		errs[i] = d.dispatch(ctx, batch[i])
+		errs[i] = d.dispatch(ctx, *m)
+		if errs[i] != nil && !outbox.IsPermanent(errs[i]) {
+			failed[m.Key] = m.ID
+		}
 	}
 	return errs
 }
+
+// KeepsKeyOrder marks the dispatcher as an outbox.KeyOrderKeeper: after an
+// event fails, the batch's later events of its key are held back.
+func (d *Dispatcher[TTx]) KeepsKeyOrder() {}
 
 func (d *Dispatcher[TTx]) dispatch(ctx context.Context, m outbox.Message) error {
 	event, name, err := d.reg.Decode(m)

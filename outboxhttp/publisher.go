@@ -254,6 +254,10 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
+// KeepsKeyOrder marks the publisher as an outbox.KeyOrderKeeper: it sends a
+// key's messages one at a time and holds back the rest after a failure.
+func (p *Publisher) KeepsKeyOrder() {}
+
 // Publish posts the batch, Config.Concurrency requests at a time (one at a
 // time with Config.Sequential), and returns each message's outcome; see the
 // package documentation. The messages of one non-empty key go one after the

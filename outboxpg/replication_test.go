@@ -44,19 +44,21 @@ type walSlot struct {
 	name      string
 	temporary bool
 	activePID int32
+	streaming bool // its walsender streams: the slot is consistent and caught up
 }
 
 // slotsOf lists the replication slots of store's table (by name prefix).
 func slotsOf(ctx context.Context, t *testing.T, store *outboxpg.Store) []walSlot {
 	t.Helper()
-	rows, err := pgtest.Pool(t).Query(ctx, `SELECT slot_name, temporary, COALESCE(active_pid, 0)
-		FROM pg_replication_slots WHERE starts_with(slot_name, $1) ORDER BY slot_name`, outboxpg.SlotPrefix(store))
+	rows, err := pgtest.Pool(t).Query(ctx, `SELECT slot_name, temporary, COALESCE(active_pid, 0),
+		EXISTS (SELECT FROM pg_stat_replication r WHERE r.pid = s.active_pid AND r.state = 'streaming')
+		FROM pg_replication_slots s WHERE starts_with(slot_name, $1) ORDER BY slot_name`, outboxpg.SlotPrefix(store))
 	if err != nil {
 		t.Fatalf("list replication slots: %v", err)
 	}
 	slots, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (walSlot, error) {
 		var s walSlot
-		return s, r.Scan(&s.name, &s.temporary, &s.activePID)
+		return s, r.Scan(&s.name, &s.temporary, &s.activePID, &s.streaming)
 	})
 	if err != nil {
 		t.Fatalf("list replication slots: %v", err)
@@ -107,9 +109,12 @@ func TestRelayWakesFromTheWALOnAnotherProcessesCommit(t *testing.T) {
 	store := h.Store.(*outboxpg.Store)
 	dropPublicationAtEnd(t, store)
 	ready := func() {
-		// A commit after the slot exists is streamed: the slot's start
-		// point precedes it.
-		slots := waitSlots(t, store, "one active slot", oneActiveSlot)
+		// A commit once the slot streams is streamed. Before, while the
+		// slot is being created, it waits for every transaction then
+		// running (other tests') to end: a commit in that spell is
+		// found by the claim that follows the stream's start, which may
+		// come later than the latency bound.
+		slots := waitSlots(t, store, "one streaming slot", func(s []walSlot) bool { return oneActiveSlot(s) && s[0].streaming })
 		if !slots[0].temporary {
 			t.Fatalf("slot %s is not temporary; want the server to drop it with the session", slots[0].name)
 		}
@@ -140,8 +145,8 @@ func TestWALWatchLeavesNoSlotBehind(t *testing.T) {
 	if err := pgtest.Pool(t).QueryRow(ctx, `SELECT pg_terminate_backend($1)`, first.activePID).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the walsender %d of slot %s: %v (terminated: %v)", first.activePID, first.name, err, killed)
 	}
-	waitSlots(t, store, "the killed session's slot replaced by a new one", func(s []walSlot) bool {
-		return oneActiveSlot(s) && s[0].name != first.name
+	waitSlots(t, store, "the killed session's slot replaced by a new one, streaming", func(s []walSlot) bool {
+		return oneActiveSlot(s) && s[0].name != first.name && s[0].streaming
 	})
 	m := &outbox.Message{Topic: "after.reconnect"}
 	if err := write(ctx, m); err != nil {

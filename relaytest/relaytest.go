@@ -76,6 +76,14 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		testKeyOrderRuns(t, h)
 	})
+	t.Run("KeyOrderedRunsKeepTheOrderThroughAPublisherThatSendsABatchAtOnce", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		if h.KeyOrdered == nil {
+			t.Skip("the harness sets no KeyOrdered store")
+		}
+		testKeyOrderRunsBrokerLike(t, h)
+	})
 	t.Run("UnavailableDestinationLeavesOtherDestinationsATurn", func(t *testing.T) {
 		t.Parallel()
 		testUnavailableLeavesOthersATurn(t, newHarness(t))
@@ -174,6 +182,29 @@ func NewRecorder() *Recorder {
 // Close does nothing: a Recorder holds no connection.
 func (r *Recorder) Close() error { return nil }
 
+// KeepsKeyOrder marks the Recorder as an outbox.KeyOrderKeeper: it holds
+// back a key's later messages after a failure. Wrap it in BrokerLike to test
+// a publisher that does not.
+func (r *Recorder) KeepsKeyOrder() {}
+
+// BrokerLike is a publisher that sends a batch at once, as the brokers'
+// publishers do, and does not hold back a key's later messages after a
+// failure (it is not an outbox.KeyOrderKeeper): the relay must give it a
+// batch in key order in waves.
+type BrokerLike struct{ Recorder *Recorder }
+
+// Publish records the batch, each message on its own result.
+func (b BrokerLike) Publish(ctx context.Context, batch []outbox.Message) []error {
+	errs := make([]error, len(batch))
+	for i := range batch {
+		errs[i] = b.Recorder.Publish(ctx, batch[i:i+1])[0]
+	}
+	return errs
+}
+
+// Close does nothing.
+func (b BrokerLike) Close() error { return nil }
+
 // Publish records the batch.
 func (r *Recorder) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))
@@ -181,8 +212,8 @@ func (r *Recorder) Publish(ctx context.Context, batch []outbox.Message) []error 
 	failed := map[string]bool{} // keys with a retryable failure in this batch
 	for i, m := range batch {
 		if m.Key != "" && failed[m.Key] {
-			// As every publisher does: a key's later messages wait for the
-			// one that failed.
+			// As a KeyOrderKeeper does: a key's later messages wait for
+			// the one that failed.
 			errs[i] = outbox.HeldBack(fmt.Errorf("held back behind a failed message of key %q", m.Key))
 			continue
 		}

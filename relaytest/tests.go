@@ -675,6 +675,17 @@ func testKeyOrder(t *testing.T, h Harness) {
 // the order written; the failing messages count their failures, and the
 // messages released behind them none.
 func testKeyOrderRuns(t *testing.T, h Harness) {
+	testKeyOrderRunsThrough(t, h, func(rec *Recorder) outbox.Publisher { return rec })
+}
+
+// testKeyOrderRunsBrokerLike is testKeyOrderRuns through a publisher that
+// sends a batch at once and holds nothing back (BrokerLike): the relay must
+// hand it a key's run in waves.
+func testKeyOrderRunsBrokerLike(t *testing.T, h Harness) {
+	testKeyOrderRunsThrough(t, h, func(rec *Recorder) outbox.Publisher { return BrokerLike{rec} })
+}
+
+func testKeyOrderRunsThrough(t *testing.T, h Harness, publisher func(*Recorder) outbox.Publisher) {
 	ctx := context.Background()
 	const (
 		hot      = 60
@@ -706,8 +717,8 @@ func testKeyOrderRuns(t *testing.T, h Harness) {
 	}
 	cfg := outbox.Config{BatchSize: 20, Workers: 2, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 1000}
-	StartRelay(t, h.KeyOrdered, rec, cfg)
-	StartRelay(t, h.KeyOrdered, rec, cfg)
+	StartRelay(t, h.KeyOrdered, publisher(rec), cfg)
+	StartRelay(t, h.KeyOrdered, publisher(rec), cfg)
 	rec.WaitFor(t, 60*time.Second, "every message", func() bool { return rec.Distinct() == len(msgs) })
 
 	written := map[string][]uuid.UUID{}

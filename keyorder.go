@@ -1,0 +1,100 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// KeyOrderKeeper is implemented by publishers that keep a key's order within
+// one batch themselves: after a message of a non-empty key fails (other than
+// permanently), they do not send the later messages of that key in the
+// batch and report them HeldBack. Handlers, outboxevents.Dispatcher and the
+// webhook publisher (outboxhttp) do.
+//
+// A claim in key order carries a run of each key's messages, in order. A
+// publisher that keeps key order gets the batch whole. Any other (the
+// brokers' publishers send a batch at once and then collect the
+// confirmations, so a key's second message can be confirmed when its first
+// was refused) gets it in waves, each with the next message of every key
+// whose earlier ones were all confirmed: a key's messages then go one round
+// trip apart, as they did before runs, and never out of order.
+type KeyOrderKeeper interface {
+	Publisher
+	KeepsKeyOrder()
+}
+
+// publishBatch hands batch to the publisher: whole, when the publisher keeps
+// key order or no key has two messages in it; in waves otherwise (see
+// KeyOrderKeeper). The result has one error per message of batch.
+func (r *Relay) publishBatch(ctx context.Context, batch []Message) []error {
+	if _, keeps := r.pub.(KeyOrderKeeper); keeps || !hasRuns(batch) {
+		return r.pub.Publish(ctx, batch)
+	}
+	results := make([]error, len(batch))
+	sent := make([]bool, len(batch))
+	// Each key's messages in batch order; messages without a key go in the
+	// first wave.
+	var keys []string
+	byKey := map[string][]int{}
+	var first []int
+	for i := range batch {
+		k := batch[i].Key
+		if k == "" {
+			first = append(first, i)
+			continue
+		}
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	failed := map[string]error{} // key -> the error that stopped it
+	for wave := 0; ; wave++ {
+		at := first // the batch index of each message of the wave
+		first = nil
+		for _, k := range keys {
+			if idx := byKey[k]; failed[k] == nil && wave < len(idx) {
+				at = append(at, idx[wave])
+			}
+		}
+		if len(at) == 0 {
+			break
+		}
+		slices.Sort(at)
+		msgs := make([]Message, len(at))
+		for j, i := range at {
+			msgs[j] = batch[i]
+		}
+		errs := r.pub.Publish(ctx, msgs)
+		if len(errs) != len(msgs) {
+			return errs // the caller reports the broken publisher
+		}
+		for j, i := range at {
+			sent[i], results[i] = true, errs[j]
+			if k := batch[i].Key; errs[j] != nil && k != "" && !IsPermanent(errs[j]) {
+				failed[k] = errs[j]
+			}
+		}
+	}
+	for i := range batch {
+		if !sent[i] {
+			results[i] = HeldBack(fmt.Errorf("not sent: an earlier message of key %q failed: %v", batch[i].Key, failed[batch[i].Key]))
+		}
+	}
+	return results
+}
+
+// hasRuns reports whether two messages of batch share a non-empty key.
+func hasRuns(batch []Message) bool {
+	seen := make(map[string]bool, len(batch))
+	for i := range batch {
+		if k := batch[i].Key; k != "" {
+			if seen[k] {
+				return true
+			}
+			seen[k] = true
+		}
+	}
+	return false
+}
