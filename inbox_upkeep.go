@@ -118,15 +118,19 @@ func PurgeInbox(ctx context.Context, table InboxPurger, cfg InboxPurgeConfig) er
 }
 
 // PurgeInboxOnce deletes every record of table older than retention, in
-// batches of batchSize, and returns how many it deleted (`outbox inbox
-// purge` calls it).
+// batches of batchSize, and returns how many it deleted. A failure that
+// left the purge able to delete (an outbox table it cannot read, whose
+// records stay) is returned after the last batch.
 func PurgeInboxOnce(ctx context.Context, table InboxPurger, retention time.Duration, batchSize int) (deleted int, err error) {
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, storeCallTimeout)
-		n, err := table.PurgeProcessed(callCtx, retention, batchSize)
+		n, callErr := table.PurgeProcessed(callCtx, retention, batchSize)
 		cancel()
 		deleted += n
-		if err != nil || n < batchSize {
+		if callErr != nil {
+			err = callErr // reported; a purge that still deleted goes on
+		}
+		if n < batchSize || callErr != nil && n == 0 {
 			return deleted, err
 		}
 	}

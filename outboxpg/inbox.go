@@ -2,6 +2,7 @@ package outboxpg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -180,19 +181,19 @@ func (t *InboxTable) MarkProcessed(ctx context.Context, tx pgx.Tx, consumer stri
 
 // RecordOutgoing notes, in tx, that handling message id wrote the messages
 // ids to the outbox table named table ("schema.table", a Store's Name), in
-// the same database: the record is kept until they are published. The
-// handler of one message may write to one outbox table only.
+// the same database: the record is kept until they are published. When a
+// handler writes to two outbox tables, the record waits for the first's.
 func (t *InboxTable) RecordOutgoing(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID, table string, ids []uuid.UUID) error {
 	if _, err := settleStatement(t.q, table); err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, t.outgoing, consumer, pgUUID(id), pgUUIDs(ids), table)
-	if err != nil {
+	if _, err := tx.Exec(ctx, t.outgoing, consumer, pgUUID(id), pgUUIDs(ids), table); err != nil {
 		return fmt.Errorf("outboxpg: record the outgoing messages of %s in inbox %s: %w", id, t.name, err)
 	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("outboxpg: record the outgoing messages of %s in inbox %s: the handler of consumer %q wrote to two outbox tables; write the outgoing messages of one message to one table", id, t.name, consumer)
-	}
+	// When no row changed, the handler wrote to a second outbox table: the
+	// record waits for the first table's messages only. Those of the second
+	// still go out through their relay; the countdown does not wait for
+	// them.
 	return nil
 }
 
@@ -216,25 +217,36 @@ func settleStatement(q, table string) (string, error) {
 // all published, up to limit per outbox table. The outbox tables are read
 // only when some record waits for them: a consumer that writes no outgoing
 // messages needs no outbox.
-func (t *InboxTable) settle(ctx context.Context, tx pgx.Tx, limit int) error {
+func (t *InboxTable) settle(ctx context.Context, tx pgx.Tx, limit int) (failed error, err error) {
 	rows, err := tx.Query(ctx, t.waiting)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
+		return nil, err
+	}
+	var failures []error
+	for _, table := range tables {
+		// A table that cannot be read (renamed, or no SELECT for this
+		// role) keeps its records waiting; the others go on, each in a
+		// savepoint so that one failure does not abort the purge.
+		if err := t.settleTable(ctx, tx, table, limit); err != nil {
+			failures = append(failures, fmt.Errorf("see which outgoing messages in %s were published: %w", table, err))
+		}
+	}
+	return errors.Join(failures...), nil
+}
+
+func (t *InboxTable) settleTable(ctx context.Context, tx pgx.Tx, table string, limit int) error {
+	stmt, err := settleStatement(t.q, table)
+	if err != nil {
 		return err
 	}
-	for _, table := range tables {
-		stmt, err := settleStatement(t.q, table)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, stmt, limit, table); err != nil {
-			return fmt.Errorf("see which outgoing messages in %s were published: %w", table, err)
-		}
-	}
-	return nil
+	return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+		_, err := sp.Exec(ctx, stmt, limit, table)
+		return err
+	})
 }
 
 // PurgeProcessed first starts the countdown of records whose outgoing
@@ -253,12 +265,14 @@ func (t *InboxTable) PurgeProcessed(ctx context.Context, olderThan time.Duration
 	if olderThan < 0 {
 		return 0, fmt.Errorf("outboxpg: purge inbox %s: age %v must not be negative", t.name, olderThan)
 	}
+	var settleErr error
 	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
 		var locked bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, t.lockKey).Scan(&locked); err != nil || !locked {
 			return err
 		}
-		if err := t.settle(ctx, tx, limit); err != nil {
+		var err error
+		if settleErr, err = t.settle(ctx, tx, limit); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, t.purge, olderThan.Microseconds(), limit)
@@ -267,6 +281,10 @@ func (t *InboxTable) PurgeProcessed(ctx context.Context, olderThan time.Duration
 	})
 	if err != nil {
 		return 0, fmt.Errorf("outboxpg: purge inbox %s: %w", t.name, err)
+	}
+	if settleErr != nil {
+		// The purge went on; the records waiting for those tables stay.
+		return n, fmt.Errorf("outboxpg: purge inbox %s: deleted %d, but: %w", t.name, n, settleErr)
 	}
 	return n, nil
 }

@@ -148,3 +148,66 @@ func TestNewInboxTableRejectsInvalidNames(t *testing.T) {
 		t.Fatalf("NewInbox with an empty consumer: no error")
 	}
 }
+
+// An outbox table the purge cannot read (here: dropped) keeps the records
+// waiting for it, and is reported, but the other records are purged.
+func TestInboxPurgeGoesOnPastAnOutboxTableItCannotRead(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store, table := newOutboxAndInbox(t)
+	other := newStore(t, pool, outboxpg.Options{})
+	in, err := outbox.NewInbox(table, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTo := func(s *outboxpg.Store) {
+		w := newWriter(t, s)
+		if _, err := in.Handle(t.Context(), uuid.Must(uuid.NewV7()), func(ctx context.Context, tx pgx.Tx) error {
+			return w.Write(ctx, tx, &outbox.Message{Topic: "invoices.sent", Payload: []byte("{}")})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeTo(other)
+	writeTo(store)
+	if _, err := in.Handle(t.Context(), uuid.Must(uuid.NewV7()), func(context.Context, pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `DROP TABLE `+other.Name()); err != nil {
+		t.Fatal(err)
+	}
+	n, err := outbox.PurgeInboxOnce(t.Context(), table, 0, 100)
+	if n != 1 || err == nil || !strings.Contains(err.Error(), other.Name()) {
+		t.Fatalf("purge with an unreadable outbox table: %d deleted, %v; want the record without outgoing messages deleted and an error naming %s", n, err, other.Name())
+	}
+	stats, err := table.ConsumerStats(t.Context())
+	if err != nil || len(stats) != 1 || stats[0].Records != 2 || stats[0].AwaitingOutgoing != 2 {
+		t.Fatalf("after the purge: %+v, %v; want the 2 records waiting for outgoing messages kept", stats, err)
+	}
+}
+
+// A handler that writes to two outbox tables is applied; its record waits
+// for the first table's messages.
+func TestInboxHandlerMayWriteToTwoOutboxTables(t *testing.T) {
+	t.Parallel()
+	store, table := newOutboxAndInbox(t)
+	other := newStore(t, pgtest.Pool(t), outboxpg.Options{})
+	in, err := outbox.NewInbox(table, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, w2 := newWriter(t, store), newWriter(t, other)
+	applied, err := in.Handle(t.Context(), uuid.Must(uuid.NewV7()), func(ctx context.Context, tx pgx.Tx) error {
+		if err := w.Write(ctx, tx, &outbox.Message{Topic: "invoices.sent"}); err != nil {
+			return err
+		}
+		return w2.Write(ctx, tx, &outbox.Message{Topic: "audit.logged"})
+	})
+	if err != nil || !applied {
+		t.Fatalf("handler writing to two outbox tables: applied %v, %v; want applied", applied, err)
+	}
+	stats, err := table.ConsumerStats(t.Context())
+	if err != nil || len(stats) != 1 || stats[0].AwaitingOutgoing != 1 {
+		t.Fatalf("stats: %+v, %v; want the record waiting for its outgoing messages", stats, err)
+	}
+}

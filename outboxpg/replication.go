@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -41,18 +42,24 @@ const walStatusInterval = 10 * time.Second
 // LISTEN; a set-up the server refuses returns ErrWALWatchUnavailable.
 func (s *Store) watchWAL(ctx context.Context, wake func()) error {
 	retry := backoff.New(listenBackoffMin, listenBackoffMax)
-	worked := false
+	logged := false // a failure since the stream last worked was logged
 	for {
-		err := s.streamWAL(ctx, wake, func() { worked = true; retry.Reset() })
+		err := s.streamWAL(ctx, wake, func() { logged = false; retry.Reset() })
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		// Only a refusal that an operator must fix (wal_level, privilege,
+		// publication) ends it. Slots or WAL senders all taken may pass by
+		// themselves (a rolling deploy's old relays, a crashed session not
+		// yet dropped), as may a lost connection: those are retried, the
+		// first of a spell logged, while the relay polls.
 		var unavailable *walUnavailableError
-		// Once streaming has worked, only a refusal that an operator must
-		// fix (wal_level lowered, privilege revoked) ends it: a full set of
-		// slots then is more likely the old session's slot, not yet dropped.
-		if errors.As(err, &unavailable) && (!worked || !unavailable.transient) {
+		if errors.As(err, &unavailable) && !unavailable.transient {
 			return err
+		}
+		if !logged {
+			s.logger().Warn("outboxpg: wake-up from the WAL interrupted; retrying, and polling meanwhile", slog.String("table", s.Name()), slog.Any("error", err))
+			logged = true
 		}
 		if !retry.Sleep(ctx, nil) {
 			return ctx.Err()
