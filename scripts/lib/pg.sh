@@ -119,13 +119,15 @@ pg_conf_apply() {
   echo "$n"
 }
 
-# pg_replication_ready: the server at 127.0.0.1:PG_PORT runs with what the logical replication
-# wake-up (outboxpg.Options.WatchWAL) and its tests need. These settings take a restart.
+# pg_replication_ready: prints t if the server at 127.0.0.1:PG_PORT runs with what the logical
+# replication wake-up (outboxpg.Options.WatchWAL) and its tests need (these settings take a
+# restart), f if it does not; fails if the server cannot be asked (busy, starting), which must
+# never lead to a restart.
 pg_replication_ready() {
-  [ "$("$PG_BINDIR/psql" -X -q -At -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -c \
+  "$PG_BINDIR/psql" -X -q -At -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -c \
     "select current_setting('wal_level') = 'logical'
        and current_setting('max_replication_slots')::int >= 10
-       and current_setting('max_wal_senders')::int >= 10" 2>/dev/null)" = t ]
+       and current_setting('max_wal_senders')::int >= 10"
 }
 
 # True if something accepts TCP connections on 127.0.0.1:PORT.
