@@ -43,6 +43,7 @@ type InboxTable struct {
 	pool    *pgxpool.Pool
 	name    string // schema.table, unquoted
 	schema  string // validated, unquoted
+	table   string // validated, unquoted
 	qSchema string // quoted
 
 	q        string // the table, quoted
@@ -55,6 +56,10 @@ type InboxTable struct {
 	lockKey  int64  // taken by PurgeProcessed
 
 	parked parkedStatements // on the parked table beside it
+	// current tells whether the tables are as this release makes them:
+	// Migrate then changes nothing and takes no lock ($1 the newest
+	// index, $2 the parked table, $3 schema, $4 table).
+	current string
 }
 
 var _ outbox.InboxStore[pgx.Tx] = (*InboxTable)(nil)
@@ -86,7 +91,10 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	return &InboxTable{
 		pool:   pool,
 		parked: parked,
-		name:   schema + "." + table,
+		current: `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND EXISTS (
+	SELECT FROM information_schema.columns WHERE table_schema = $3 AND table_name = $4 AND column_name = 'duplicates')`,
+		table: table,
+		name:  schema + "." + table,
 		// The primary key makes a second record of a message conflict, and
 		// makes an INSERT wait for a concurrent transaction that inserted
 		// the same row: a duplicate delivered while the first is still
@@ -137,7 +145,15 @@ func (t *InboxTable) Name() string { return t.name }
 // advisory lock; an existing schema needs no CREATE privilege on the
 // database.
 func (t *InboxTable) Migrate(ctx context.Context) error {
-	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+	// Consumers migrate at every start: ALTER TABLE and CREATE INDEX take
+	// locks that queue behind in-flight handler transactions (and make
+	// everything after them wait), so a current table is left alone.
+	var current bool
+	err := t.pool.QueryRow(ctx, t.current, t.schema+"."+t.table+"_outgoing_idx", t.parked.name, t.schema, t.table).Scan(&current)
+	if err == nil && current {
+		return nil
+	}
+	err = pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockKey("outboxpg inbox migrate")); err != nil {
 			return err
 		}

@@ -211,3 +211,29 @@ func TestInboxHandlerMayWriteToTwoOutboxTables(t *testing.T) {
 		t.Fatalf("stats: %+v, %v; want the record waiting for its outgoing messages", stats, err)
 	}
 }
+
+// Consumers migrate at every start: on a current table Migrate takes no
+// lock, so it does not wait for handler transactions in flight.
+func TestInboxMigrateOfACurrentTableDoesNotWaitForHandlers(t *testing.T) {
+	t.Parallel()
+	_, table := newOutboxAndInbox(t)
+	in, err := outbox.NewInbox(table, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFlight, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		_, _ = in.Handle(context.Background(), uuid.Must(uuid.NewV7()), func(context.Context, pgx.Tx) error {
+			close(inFlight)
+			<-release
+			return nil
+		})
+	}()
+	<-inFlight
+	defer close(release)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	if err := table.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate of a current table while a handler's transaction is open: %v; want it done at once", err)
+	}
+}
