@@ -104,7 +104,8 @@ func (c *console) parkedPage(w http.ResponseWriter, r *http.Request) {
 }
 
 // retryParked asks the running consumer to handle parked messages again:
-// the ones named by id, or all of the consumer's with all=1.
+// those the form names (one row's Retry, or every row the page showed), and
+// never one parked after the page was read.
 func (c *console) retryParked(w http.ResponseWriter, r *http.Request) {
 	if c.inbox == nil {
 		http.Error(w, "no inbox table: start the console with --inbox-table", http.StatusNotFound)
@@ -116,13 +117,17 @@ func (c *console) retryParked(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var ids []uuid.UUID
-	if r.PostFormValue("all") != "1" {
-		id, err := uuid.Parse(r.PostFormValue("id"))
+	for _, v := range r.PostForm["id"] {
+		id, err := uuid.Parse(v)
 		if err != nil {
-			http.Error(w, "not a message id: "+strconv.Quote(r.PostFormValue("id")), http.StatusBadRequest)
+			http.Error(w, "not a message id: "+strconv.Quote(v), http.StatusBadRequest)
 			return
 		}
 		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		http.Error(w, "name the parked messages to retry", http.StatusBadRequest)
+		return
 	}
 	n, err := c.inbox.RequestRetry(r.Context(), consumer, ids...)
 	if err != nil {
