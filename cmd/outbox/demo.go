@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -186,48 +185,37 @@ func (d *demo) setUp(ctx context.Context) error {
 	return nil
 }
 
-// startConsumer consumes the stream and applies each order event once: the
-// inbox row and the effect commit in one transaction, and the broker is
-// acknowledged only after that commit.
+// startConsumer consumes the stream with the JetStream consumer adapter and
+// applies each order event once: the inbox row and the effect commit in one
+// transaction, and the adapter acknowledges only after that commit.
 func (d *demo) startConsumer(ctx context.Context, js jetstream.JetStream) error {
-	cons, err := js.CreateOrUpdateConsumer(ctx, demoStream, jetstream.ConsumerConfig{Durable: "revenue", AckPolicy: jetstream.AckExplicitPolicy})
-	if err != nil {
-		return err
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	cfg := outboxnats.ConsumerConfig{Stream: demoStream, Durable: "revenue", Logger: slog.New(slog.DiscardHandler)}
+	go func() { done <- outboxnats.Consume(ctx, js, cfg, d.apply) }()
+	d.stopConsumer = func() {
+		stop()
+		<-done
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		id := msg.Headers().Get("Nats-Msg-Id")
-		if err := d.apply(ctx, id, msg.Headers().Get("Outbox-Key"), msg.Data()); err != nil {
-			_ = msg.Nak()
-			return
-		}
-		_ = msg.Ack()
-	})
-	if err != nil {
-		return err
-	}
-	d.stopConsumer = cc.Stop
 	return nil
 }
 
-// apply is the consumer's handler behind its inbox.
-func (d *demo) apply(ctx context.Context, rawID, customer string, payload []byte) error {
-	id, err := uuid.Parse(rawID)
-	if err != nil {
-		return fmt.Errorf("message id %q: %w", rawID, err)
-	}
+// apply is the consumer's handler: the effect, behind the inbox.
+func (d *demo) apply(ctx context.Context, m outbox.Message) error {
 	var cents int
-	if _, err := fmt.Sscanf(string(payload), `{"total_cents":%d}`, &cents); err != nil {
-		return err
+	if _, err := fmt.Sscanf(string(m.Payload), `{"total_cents":%d}`, &cents); err != nil {
+		return outbox.Permanent(err)
 	}
 	// A delivery seen before is skipped, and acknowledged again.
-	_, err = d.inbox.Handle(ctx, id, func(ctx context.Context, tx *sql.Tx) error {
+	_, err := d.inbox.Handle(ctx, m.ID, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO revenue (customer, orders, total_cents) VALUES (?, 1, ?)
-			ON CONFLICT (customer) DO UPDATE SET orders = orders + 1, total_cents = total_cents + excluded.total_cents`, customer, cents)
+			ON CONFLICT (customer) DO UPDATE SET orders = orders + 1, total_cents = total_cents + excluded.total_cents`, m.Key, cents)
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	rawID := m.ID.String()
 	d.mu.Lock()
 	d.consumed[rawID]++
 	d.mu.Unlock()
@@ -359,7 +347,7 @@ func (d *demo) lostAck(ctx context.Context) error {
 	}
 	// And a redelivery past any broker window reaches the consumer: its inbox
 	// skips the effect.
-	if err := d.apply(ctx, m.ID.String(), m.Key, m.Payload); err != nil {
+	if err := d.apply(ctx, *m); err != nil {
 		return err
 	}
 	d.say("4. lost acknowledgement: event %s published twice; JetStream kept one copy (Nats-Msg-Id); delivered twice to the consumer, the inbox applied it once", m.ID)
