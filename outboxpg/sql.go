@@ -61,7 +61,7 @@ func newStatements(n names, orderByKey bool) statements {
 	}
 	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey,
 		"{walk_limit}", strconv.Itoa(outboxdriver.KeyWalkLimit), "{window}", strconv.Itoa(outboxdriver.KeyWindow),
-		"{message_columns}", messageColumns)
+		"{message_columns}", messageColumns, "{keys_per_claim}", strconv.Itoa(keysPerClaim))
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
 
 	claim := sql(`
@@ -208,6 +208,14 @@ WHERE status = 'dead'`),
 	}
 }
 
+// keysPerClaim is about how many keys a claim in key order takes when their
+// runs are long: each key's first share of the batch is at most the batch
+// size divided by it. Fewer keys per claim would leave a key's run for the
+// next claim sooner; more would leave no keys for a second worker with a
+// few dozen hot keys (measured: 64 keys drained by two workers, each claim
+// taking every key, ran at the speed of one).
+const keysPerClaim = 16
+
 // keyOrderClaim is the claim in key order ($1 lease in microseconds, $2
 // token, $3 limit). It leases runs: the head of a key (no earlier message of
 // the key pending) when it is due and not leased, then the key's next
@@ -222,10 +230,23 @@ WHERE status = 'dead'`),
 // rows and the newest due rows (outboxdriver.KeyWindow of each: messages
 // without a key, and heads of keys beyond the walk, whether they were
 // written long ago or just now). The three lists take turns for the batch's
-// places (prio), so none of them waits for the others to run dry.
+// places (prio), so none of them waits for the others to run dry. The
+// windows' rows of keys the walk visited are dropped before any head check:
+// the walk found those keys' heads, and with a few hot keys nearly every row
+// of the windows is one of their followers.
+//
+// A claim takes only as many heads as it needs to fill the batch, so that
+// other workers find keys of their own (take): it goes down the heads in
+// prio order, counting each one and its key's pending messages after it,
+// at most the batch size divided by keysPerClaim of them, and stops when
+// the count reaches the batch size. With long runs a claim holds about
+// keysPerClaim keys; with short ones, as many as fill the batch; below
+// keysPerClaim messages per batch, one head per place, as many as fit.
 //
 // The heads are locked first (FOR UPDATE SKIP LOCKED, as the plain claim
-// does). Only the claim that holds a head looks at its key's next messages,
+// does), from twice as many as take counted, so that heads another claim
+// holds are replaced by the next ones. Only the claim that holds a head
+// looks at its key's next messages,
 // and a head stays pending until the transaction that publishes it commits,
 // so no two claims hold messages of one key. Each key with a claimed head
 // gets a fair share of the rest of the batch (the rest divided by the keys),
@@ -248,23 +269,45 @@ WITH RECURSIVE walk (key, n) AS (
 	FROM walk AS w WHERE w.key IS NOT NULL
 	UNION ALL
 	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at, id) FROM (
-		SELECT ctid, available_at, id FROM {t}
+		SELECT ctid, key, available_at, id FROM {t}
 		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
 		ORDER BY available_at, id
 		LIMIT least($3, {window})) AS oldest
+	WHERE oldest.key = '' OR oldest.key NOT IN (SELECT key FROM walk WHERE key IS NOT NULL)
 	UNION ALL
 	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at DESC, id DESC) + 1 FROM (
-		SELECT ctid, available_at, id FROM {t}
+		SELECT ctid, key, available_at, id FROM {t}
 		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
 		ORDER BY available_at DESC, id DESC
 		LIMIT least($3, {window})) AS newest
+	WHERE newest.key = '' OR newest.key NOT IN (SELECT key FROM walk WHERE key IS NOT NULL)
+), due_head AS MATERIALIZED (
+	SELECT array_agg(d.ctid ORDER BY d.prio) AS ctids, array_agg(d.key ORDER BY d.prio) AS keys,
+		array_agg(d.seq ORDER BY d.prio) AS seqs
+	FROM (SELECT o.ctid, o.key, o.seq, c.prio FROM {t} AS o
+		JOIN (SELECT ctid, min(prio) AS prio FROM candidate WHERE ctid IS NOT NULL GROUP BY ctid) AS c ON o.ctid = c.ctid
+		WHERE o.status = 'pending' AND o.available_at <= now()
+			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
+		ORDER BY c.prio
+		LIMIT $3) AS d
+), take (n, total) AS (
+	SELECT 0, 0::bigint
+	UNION ALL
+	SELECT t.n + 1, t.total + 1 + CASE WHEN d.keys[t.n + 1] = '' THEN 0 ELSE (
+		SELECT count(*) FROM (
+			SELECT FROM {t} AS e
+			WHERE e.status = 'pending' AND e.key <> '' AND e.key = d.keys[t.n + 1] AND e.seq > d.seqs[t.n + 1]
+			ORDER BY e.seq LIMIT $3 / {keys_per_claim}) AS f) END
+	FROM take AS t CROSS JOIN due_head AS d
+	WHERE t.total < $3 AND t.n < cardinality(d.keys)
 ), head AS MATERIALIZED (
-	SELECT o.ctid, o.key, o.seq, c.prio FROM {t} AS o
-	JOIN (SELECT ctid, min(prio) AS prio FROM candidate WHERE ctid IS NOT NULL GROUP BY ctid) AS c ON o.ctid = c.ctid
+	SELECT o.ctid, o.key, o.seq, h.prio FROM {t} AS o
+	JOIN unnest((SELECT d.ctids[1:2 * (SELECT max(n) FROM take)] FROM due_head AS d))
+		WITH ORDINALITY AS h(ctid, prio) ON o.ctid = h.ctid
 	WHERE o.status = 'pending' AND o.available_at <= now()
 		AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
-	ORDER BY c.prio
-	LIMIT $3
+	ORDER BY h.prio
+	LIMIT (SELECT max(n) FROM take)
 	FOR UPDATE OF o SKIP LOCKED
 ), room AS (
 	SELECT $3 - count(*) AS places, count(*) FILTER (WHERE key <> '') AS keys FROM head

@@ -554,3 +554,50 @@ func TestCreatedAtIsTheDatabaseTimeOfTheWritingTransaction(t *testing.T) {
 		t.Fatalf("message %s created at %v; want the writing transaction's now(), %v", m.ID, got.CreatedAt, txTime)
 	}
 }
+
+// With a few dozen keys whose runs are long, one claim in key order must not
+// take every key: it takes about keysPerClaim of them with runs as long as
+// its share, and a second worker claiming meanwhile gets the other keys, in
+// full batches. (Each claim taking every head, with a short run each, left
+// a second worker nothing: two workers drained 64 hot keys at one's speed.)
+func TestKeyOrderClaimsLeaveKeysForAnotherWorker(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{OrderByKey: true})
+	ctx := t.Context()
+
+	const keys, perKey, batch = 64, 40, 320
+	w := newWriter(t, store)
+	msgs := make([]*outbox.Message, 0, keys*perKey)
+	for i := range keys * perKey {
+		msgs = append(msgs, &outbox.Message{Topic: "accounts", Key: fmt.Sprintf("account-%02d", i%keys)})
+	}
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	claimKeys := func() map[string]int {
+		t.Helper()
+		got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: batch, Lease: time.Minute, Token: uuid.New()})
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		if len(got) != batch {
+			t.Fatalf("claim of %d from %d keys of %d messages each returned %d; want a full batch", batch, keys, perKey, len(got))
+		}
+		runs := map[string]int{}
+		for _, m := range got {
+			runs[m.Key]++
+		}
+		return runs
+	}
+	first, second := claimKeys(), claimKeys()
+	// 320/16 = 20 messages after each head: 16 keys of 21 fill the batch.
+	if len(first) > 2*16 {
+		t.Errorf("first claim took %d keys; want about 16 (runs of about 20)", len(first))
+	}
+	for key := range second {
+		if _, ok := first[key]; ok {
+			t.Errorf("key %s claimed by both claims; a key is held by one claim at a time", key)
+		}
+	}
+}
