@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/outboxdriver"
@@ -68,7 +69,10 @@ func (e *env) measureExplain(ctx context.Context) ([]Explain, CommitCost, error)
 		settle, claim := stmts[0], stmts[1]
 		// Settle the second batch (its rows are still there) and claim a
 		// third, each in its own rolled-back transaction.
-		settle.args = []any{pgUUIDs(ids(second)), pgUUID(t2)}
+		settle.args, err = e.settleArgs(ctx, quote(opts.Schema)+".outbox", t2, ids(second))
+		if err != nil {
+			return nil, CommitCost{}, err
+		}
 		claim.args[1] = pgUUID(uuid.New())
 		for _, s := range []struct {
 			name string
@@ -128,6 +132,17 @@ func (e *env) measureExplain(ctx context.Context) ([]Explain, CommitCost, error)
 	}
 	cc, err := e.commitCost(ctx, opts.Schema)
 	return out, cc, err
+}
+
+// settleArgs are the arguments of the relay's delete of the published
+// messages ids, leased to token: by address (ctid, as outboxpg deletes the
+// rows its claims leased) with the table's file node.
+func (e *env) settleArgs(ctx context.Context, table string, token uuid.UUID, ids []uuid.UUID) ([]any, error) {
+	var tids []pgtype.TID
+	var filenode uint32
+	err := e.admin.QueryRow(ctx, `SELECT array_agg(ctid), pg_relation_filenode($3::regclass) FROM `+table+`
+		WHERE id = ANY($1) AND lease_token = $2`, pgUUIDs(ids), pgUUID(token), table).Scan(&tids, &filenode)
+	return []any{tids, pgUUID(token), filenode}, err
 }
 
 var executionTimeRE = regexp.MustCompile(`Execution Time: ([0-9.]+) ms`)

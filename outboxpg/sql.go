@@ -17,11 +17,12 @@ type statements struct {
 	insertOneNotify string // as insertOne, $8: channel
 
 	settlePublished string // $1 ids, $2 token
+	deleteAt        string // $1 ctids, $2 token, $3 the table's file node at the claim
 	settleKept      string // $1 ids, $2 token
 	settleRetry     string // $1 ids, $2 delays in microseconds, $3 errors, $4 attempts to count (0 or 1), $5 token
 	postponeHeld    string // $1 ids of retried messages; key order only
 	settleDead      string // $1 ids, $2 errors, $3 token
-	claim           string // $1 lease in microseconds, $2 token, $3 limit
+	claim           string // $1 lease in microseconds, $2 token, $3 limit; returns claimedColumns
 	release         string // $1 ids, $2 token
 	nextDue         string
 	purge           string // $1 age in microseconds, $2 limit
@@ -36,6 +37,10 @@ type statements struct {
 
 // messageColumns are scanned by scanMessage, in this order.
 const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
+
+// claimedColumns are what a claim returns after messageColumns: where each
+// leased row is and the table's file node (see addressBook), read once.
+const claimedColumns = `ctid, (SELECT pg_relation_filenode('{t}'))`
 
 func newStatements(n names, orderByKey bool) statements {
 	// In key order, a message is due only as the head of its key: no
@@ -61,7 +66,7 @@ func newStatements(n names, orderByKey bool) statements {
 	}
 	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey,
 		"{walk_limit}", strconv.Itoa(outboxdriver.KeyWalkLimit), "{window}", strconv.Itoa(outboxdriver.KeyWindow),
-		"{message_columns}", messageColumns, "{keys_per_claim}", strconv.Itoa(keysPerClaim))
+		"{message_columns}", messageColumns, "{claimed_columns}", strings.ReplaceAll(claimedColumns, "{t}", n.qTable), "{keys_per_claim}", strconv.Itoa(keysPerClaim))
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
 
 	claim := sql(`
@@ -76,7 +81,7 @@ WITH c AS MATERIALIZED (
 UPDATE {t} AS t
 SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
 WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM c))
-RETURNING ` + messageColumns)
+RETURNING {message_columns}, t.{claimed_columns}`)
 	if orderByKey {
 		claim = sql(keyOrderClaim)
 	}
@@ -109,6 +114,11 @@ SELECT pg_notify($8, '')`)
 		insertOneNotify: withNotify(insertOne),
 
 		settlePublished: sql(`DELETE FROM {t} WHERE id = ANY($1::uuid[]) AND lease_token = $2`),
+		// The file node condition has no column in it: PostgreSQL checks it
+		// once, before the scan.
+		deleteAt: sql(`
+DELETE FROM {t} WHERE ctid = ANY($1::tid[]) AND lease_token = $2
+	AND pg_relation_filenode('{t}') = $3::oid`),
 		settleKept: sql(`
 UPDATE {t} SET status = 'published', published_at = now(), lease_token = NULL, locked_until = NULL
 WHERE id = ANY($1::uuid[]) AND lease_token = $2`),
@@ -127,12 +137,18 @@ WHERE t.id = r.id AND t.lease_token = $5`),
 		// without a key or of keys beyond the walk would wait behind them
 		// until the head succeeds. Each retry moves them again, only as
 		// far as the head's next attempt.
+		//
+		// It runs after the release of the rest of the head's run, and
+		// moves no row under a live lease; a lease that ran out is ended
+		// (the token cleared), so that no row moved by it keeps a token:
+		// see addressBook.
 		postponeHeld: sql(`
-UPDATE {t} AS f SET available_at = h.available_at
+UPDATE {t} AS f SET available_at = h.available_at, lease_token = NULL, locked_until = NULL
 FROM {t} AS h
 WHERE h.id = ANY($1::uuid[]) AND h.status = 'pending' AND h.key <> ''
 	AND f.key = h.key AND f.key <> '' AND f.status = 'pending' AND f.seq > h.seq
-	AND f.available_at < h.available_at`),
+	AND f.available_at < h.available_at
+	AND (f.locked_until IS NULL OR f.locked_until <= now())`),
 		settleDead: sql(`
 UPDATE {t} AS t
 SET status = 'dead', attempts = t.attempts + 1, last_error = d.err, lease_token = NULL, locked_until = NULL
@@ -367,8 +383,8 @@ WITH RECURSIVE walk (key, n) AS (
 		SELECT w.ctid FROM wanted AS w JOIN follower AS f ON f.ctid = w.ctid
 		LEFT JOIN gap AS g ON g.key = w.key
 		WHERE g.r IS NULL OR w.r < g.r))
-	RETURNING {message_columns}, t.seq
+	RETURNING {message_columns}, t.seq, t.ctid
 )
-SELECT {message_columns} FROM leased
+SELECT {message_columns}, {claimed_columns} FROM leased
 ORDER BY min(available_at) OVER (PARTITION BY CASE WHEN key = '' THEN id::text ELSE key END),
 	CASE WHEN key = '' THEN id::text ELSE key END, seq`

@@ -27,6 +27,8 @@ type Store struct {
 	opts  Options
 	pool  *pgxpool.Pool
 	stmts statements
+
+	addresses addressBook // where claimed rows are, to delete them by address
 }
 
 // The interfaces Store implements.
@@ -86,12 +88,19 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		return nil, fmt.Errorf("outboxpg: exchange on %s: claim lease %v must be positive", s.Name(), claim.Lease)
 	}
 	b := &pgx.Batch{}
+	// deleteAt is the place in the batch of the delete by address, if any,
+	// whose count tells whether every row was found at its address.
+	deleteAt, addressed := -1, 0
 	if len(settle.Published) > 0 {
-		q := s.stmts.settlePublished
 		if settle.KeepPublished {
-			q = s.stmts.settleKept
+			b.Queue(s.stmts.settleKept, pgUUIDs(settle.Published), pgUUID(settle.Token))
+		} else {
+			deleteAt, addressed = s.queueDeletePublished(b, settle.Token, settle.Published)
 		}
-		b.Queue(q, pgUUIDs(settle.Published), pgUUID(settle.Token))
+	}
+	if len(settle.Release) > 0 {
+		// Before postponeHeld, which moves released rows but no leased one.
+		b.Queue(s.stmts.release, pgUUIDs(settle.Release), pgUUID(settle.Token))
 	}
 	if len(settle.Retry) > 0 {
 		ids := make([]pgtype.UUID, len(settle.Retry))
@@ -108,9 +117,6 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 	}
 	if len(settle.Dead) > 0 {
 		b.Queue(s.stmts.settleDead, deadArgs(settle.Dead, settle.Token)...)
-	}
-	if len(settle.Release) > 0 {
-		b.Queue(s.stmts.release, pgUUIDs(settle.Release), pgUUID(settle.Token))
 	}
 	settles := b.Len()
 	if claim.Limit > 0 {
@@ -131,7 +137,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 	}
 
 	br := s.pool.SendBatch(ctx, b)
-	msgs, undecodable, err := s.readSettleAndClaim(br, settles, claim.Limit > 0)
+	res, err := s.readSettleAndClaim(br, settles, deleteAt, claim.Limit > 0)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -139,6 +145,20 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		return nil, fmt.Errorf("outboxpg: exchange on %s (settle %d published, %d retried, %d dead, %d released; claim %d): %w",
 			s.Name(), len(settle.Published), len(settle.Retry), len(settle.Dead), len(settle.Release), claim.Limit, err)
 	}
+	if !settle.Empty() {
+		s.addresses.forget(settle.Token)
+	}
+	if deleteAt >= 0 && res.deletedAt < int64(addressed) {
+		// Some published rows were not at their address: the table was
+		// rewritten, or a lease ran out and another worker claimed the
+		// row. By id, those still leased to the token go now.
+		if _, err := s.pool.Exec(ctx, s.stmts.settlePublished, pgUUIDs(settle.Published), pgUUID(settle.Token)); err != nil {
+			s.logger().Warn("outboxpg: deleting published messages by id failed; they are published again when their lease ends",
+				slog.String("table", s.Name()), slog.Int("messages", len(settle.Published)), slog.Any("error", err))
+		}
+	}
+	msgs, undecodable := res.msgs, res.undecodable
+	s.addresses.remember(claim.Token, claim.Lease, res.filenode, res.addresses)
 	if len(undecodable) > 0 {
 		// No publisher could send these rows and retrying cannot change
 		// them: they go to the dead letters with the reason, where an
@@ -170,28 +190,51 @@ func deadArgs(failed []outboxdriver.Failure, token uuid.UUID) []any {
 	return []any{ids, errs, pgUUID(token)}
 }
 
-// readSettleAndClaim reads the results of SettleAndClaim's batch: the claimed messages
-// whose headers decode, and the claimed ones whose headers do not.
-func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles int, claiming bool) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
-	for range settles {
-		if _, err := br.Exec(); err != nil {
-			return nil, nil, err
+// exchangeResult is what readSettleAndClaim reads.
+type exchangeResult struct {
+	msgs        []outbox.Message       // claimed, headers decoded
+	undecodable []outboxdriver.Failure // claimed, headers not decodable
+	addresses   map[uuid.UUID]pgtype.TID
+	filenode    uint32
+	deletedAt   int64 // rows the delete by address removed
+}
+
+// readSettleAndClaim reads the results of SettleAndClaim's batch: the count
+// of the delete by address (at place deleteAt, if not -1), then the claimed
+// messages and where they are.
+func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, claiming bool) (res exchangeResult, err error) {
+	for i := range settles {
+		tag, err := br.Exec()
+		if err != nil {
+			return res, err
+		}
+		if i == deleteAt {
+			res.deletedAt = tag.RowsAffected()
 		}
 	}
 	if !claiming {
-		return nil, nil, nil
+		return res, nil
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
-	msgs, undecodable, err = collectMessages(rows)
+	res.addresses = map[uuid.UUID]pgtype.TID{}
+	msgs, undecodable, err := sqlrow.Collect(rows, func(rows pgx.Rows) (outbox.Message, error, error) {
+		var tid pgtype.TID
+		m, headerErr, err := scanMessageAnd(rows, &tid, &res.filenode)
+		res.addresses[m.ID] = tid
+		return m, headerErr, err
+	})
+	rows.Close()
 	if err != nil {
-		return nil, nil, err
+		return res, err
 	}
 	msgs = withoutFailures(msgs, undecodable)
+	res.undecodable = undecodable
+	res.msgs = msgs
 	if s.opts.OrderByKey {
-		return msgs, undecodable, nil // the claim orders each key's run
+		return res, nil // the claim orders each key's run
 	}
 	slices.SortFunc(msgs, func(a, b outbox.Message) int {
 		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
@@ -199,7 +242,24 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles int, claiming bo
 		}
 		return bytes.Compare(a.ID[:], b.ID[:])
 	})
-	return msgs, undecodable, nil
+	return res, nil
+}
+
+// queueDeletePublished queues the delete of published messages: by address
+// those whose address the claim left (see addressBook), by id the others.
+// It returns the place of the delete by address in b (-1 if none) and how
+// many rows it should find.
+func (s *Store) queueDeletePublished(b *pgx.Batch, token uuid.UUID, published []uuid.UUID) (at, n int) {
+	tids, filenode, unknown := s.addresses.lookUp(token, published)
+	at = -1
+	if len(tids) > 0 {
+		at, n = b.Len(), len(tids)
+		b.Queue(s.stmts.deleteAt, tids, pgUUID(token), filenode)
+	}
+	if len(unknown) > 0 {
+		b.Queue(s.stmts.settlePublished, pgUUIDs(unknown), pgUUID(token))
+	}
+	return at, n
 }
 
 // withoutFailures returns msgs less those listed in failed, reusing msgs.
@@ -386,14 +446,21 @@ func collectMessages(rows pgx.Rows) (msgs []outbox.Message, undecodable []outbox
 // scanMessage reads one row of messageColumns. headerErr says why its headers
 // do not decode; the message is then returned without them.
 func scanMessage(rows pgx.Rows) (m outbox.Message, headerErr, err error) {
+	return scanMessageAnd(rows)
+}
+
+// scanMessageAnd is scanMessage for rows with more columns after
+// messageColumns, read into extra.
+func scanMessageAnd(rows pgx.Rows, extra ...any) (m outbox.Message, headerErr, err error) {
 	var (
 		headers     []byte
 		lastError   pgtype.Text
 		status      string
 		publishedAt pgtype.Timestamptz
 	)
-	err = rows.Scan(&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt, &m.AvailableAt,
-		&m.Attempts, &lastError, &status, &publishedAt)
+	dest := append([]any{&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt, &m.AvailableAt,
+		&m.Attempts, &lastError, &status, &publishedAt}, extra...)
+	err = rows.Scan(dest...)
 	if err != nil {
 		return outbox.Message{}, nil, err
 	}

@@ -601,3 +601,63 @@ func TestKeyOrderClaimsLeaveKeysForAnotherWorker(t *testing.T) {
 		}
 	}
 }
+
+// The relay deletes published messages by the address its claim left
+// (ctid). A table rewrite between the claim and the settlement (VACUUM FULL
+// here; CLUSTER, pg_repack and some ALTER TABLEs do the same) moves every
+// row with its lease token, so the claim's other rows can sit at those
+// addresses: the settlement must delete exactly the published ones, and
+// leave the released ones pending.
+func TestPublishedRowsAreDeletedWhereverARewriteMovedThem(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	opts := outboxpg.Options{Schema: pgtest.Schema(t)}
+	store := newStore(t, pool, opts)
+	ctx := t.Context()
+
+	w := newWriter(t, store)
+	msgs := make([]*outbox.Message, 2000)
+	for i := range msgs {
+		msgs[i] = &outbox.Message{Topic: "orders.created", Payload: []byte(fmt.Sprintf("order %d", i))}
+	}
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	token := uuid.New()
+	claimed, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1000, Lease: time.Minute, Token: token})
+	if err != nil || len(claimed) != 1000 {
+		t.Fatalf("claim: %d messages, %v; want 1000", len(claimed), err)
+	}
+	table := pgx.Identifier{opts.Schema, "outbox"}.Sanitize()
+	// Packed tighter than the claim found them, the rows move to lower
+	// addresses, some of them to where other claimed rows were.
+	if _, err := pool.Exec(ctx, `ALTER TABLE `+table+` SET (fillfactor = 100)`); err != nil {
+		t.Fatalf("set fillfactor: %v", err)
+	}
+	if _, err := pool.Exec(ctx, `VACUUM FULL `+table); err != nil {
+		t.Fatalf("rewrite the table: %v", err)
+	}
+	var published, released []uuid.UUID
+	for i, m := range claimed {
+		if i%2 == 0 {
+			published = append(published, m.ID)
+		} else {
+			released = append(released, m.ID)
+		}
+	}
+	if _, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Published: published, Release: released}, outboxdriver.Claim{}); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	var gone, pending int
+	err = pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM unnest($1::uuid[]) AS p(id) WHERE NOT EXISTS (SELECT FROM `+table+` AS o WHERE o.id = p.id)),
+		(SELECT count(*) FROM `+table+` AS o WHERE o.id = ANY($2::uuid[]) AND o.status = 'pending' AND o.lease_token IS NULL)`,
+		published, released).Scan(&gone, &pending)
+	if err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	if gone != len(published) || pending != len(released) {
+		t.Fatalf("after a rewrite between claim and settlement: %d of %d published messages deleted, %d of %d released ones pending; want all of each",
+			gone, len(published), pending, len(released))
+	}
+}
