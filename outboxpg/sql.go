@@ -271,6 +271,11 @@ const keysPerClaim = 16
 // their run first (r), so a cut at the batch size leaves each run a prefix.
 // A message of a run that cannot be locked or no longer qualifies ends the
 // run there (gap): what follows it in the key waits for the next claim.
+// Every message of a run before its gap was locked, so the lease needs no
+// join with the locked rows; and gap finds the unlocked ones with NOT IN,
+// which PostgreSQL runs as a hash lookup whatever its row estimates (the
+// generic plan's, which are far too low, made the NOT EXISTS it replaces a
+// nested loop: 60 ms per claim of 200 keys).
 //
 // The result is ordered so that each key's run comes in seq order, which
 // publishers keep.
@@ -298,24 +303,24 @@ WITH RECURSIVE walk (key, n) AS (
 		LIMIT least($3, {window})) AS newest
 	WHERE newest.key = '' OR newest.key NOT IN (SELECT key FROM walk WHERE key IS NOT NULL)
 ), due_head AS MATERIALIZED (
-	SELECT array_agg(d.ctid ORDER BY d.prio) AS ctids, array_agg(d.key ORDER BY d.prio) AS keys,
-		array_agg(d.seq ORDER BY d.prio) AS seqs
-	FROM (SELECT o.ctid, o.key, o.seq, c.prio FROM {t} AS o
+	SELECT array_agg(d.ctid ORDER BY d.prio) AS ctids
+	FROM (SELECT o.ctid, c.prio FROM {t} AS o
 		JOIN (SELECT ctid, min(prio) AS prio FROM candidate WHERE ctid IS NOT NULL GROUP BY ctid) AS c ON o.ctid = c.ctid
 		WHERE o.status = 'pending' AND o.available_at <= now()
 			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
 		ORDER BY c.prio
 		LIMIT $3) AS d
-), take (n, total) AS (
-	SELECT 0, 0::bigint
+), take (n, total, ctids) AS (
+	SELECT 0, 0::bigint, d.ctids FROM due_head AS d
 	UNION ALL
-	SELECT t.n + 1, t.total + 1 + CASE WHEN d.keys[t.n + 1] = '' THEN 0 ELSE (
+	SELECT t.n + 1, t.total + 1 + (
 		SELECT count(*) FROM (
 			SELECT FROM {t} AS e
-			WHERE e.status = 'pending' AND e.key <> '' AND e.key = d.keys[t.n + 1] AND e.seq > d.seqs[t.n + 1]
-			ORDER BY e.seq LIMIT $3 / {keys_per_claim}) AS f) END
-	FROM take AS t CROSS JOIN due_head AS d
-	WHERE t.total < $3 AND t.n < cardinality(d.keys)
+			WHERE e.status = 'pending' AND e.key <> '' AND e.key = h.key AND e.seq > h.seq
+			ORDER BY e.seq LIMIT $3 / {keys_per_claim}) AS f), t.ctids
+	FROM take AS t
+	CROSS JOIN LATERAL (SELECT o.key, o.seq FROM {t} AS o WHERE o.ctid = t.ctids[t.n + 1]) AS h
+	WHERE t.total < $3 AND t.n < cardinality(t.ctids)
 ), head AS MATERIALIZED (
 	SELECT o.ctid, o.key, o.seq, h.prio FROM {t} AS o
 	JOIN unnest((SELECT d.ctids[1:2 * (SELECT max(n) FROM take)] FROM due_head AS d))
@@ -372,7 +377,7 @@ WITH RECURSIVE walk (key, n) AS (
 	FOR UPDATE SKIP LOCKED
 ), gap AS (
 	SELECT w.key, min(w.r) AS r FROM wanted AS w
-	WHERE NOT EXISTS (SELECT FROM follower AS f WHERE f.ctid = w.ctid)
+	WHERE w.ctid NOT IN (SELECT ctid FROM follower)
 	GROUP BY w.key
 ), leased AS (
 	UPDATE {t} AS t
@@ -380,8 +385,7 @@ WITH RECURSIVE walk (key, n) AS (
 	WHERE t.ctid = ANY(ARRAY(
 		SELECT ctid FROM head
 		UNION ALL
-		SELECT w.ctid FROM wanted AS w JOIN follower AS f ON f.ctid = w.ctid
-		LEFT JOIN gap AS g ON g.key = w.key
+		SELECT w.ctid FROM wanted AS w LEFT JOIN gap AS g ON g.key = w.key
 		WHERE g.r IS NULL OR w.r < g.r))
 	RETURNING {message_columns}, t.seq, t.ctid
 )
