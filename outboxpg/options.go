@@ -73,7 +73,10 @@ type Options struct {
 	// on the database and ownership of the table), or created beforehand
 	// by the table's owner. It does not work through a transaction-mode
 	// pooler. The server decodes all of the cluster's WAL for the slot: CPU
-	// on the database that grows with its write volume. When the server or
+	// on the database that grows with its write volume, and a wake-up comes
+	// only once everything committed before it is decoded, so a burst of
+	// large transactions elsewhere delays it (by seconds, in tests); polling
+	// stays the safety net. When the server or
 	// the role does not allow it, ListenForWrites returns an error wrapping
 	// ErrWALWatchUnavailable that names the fix, and the relay logs it
 	// once and polls. Default false.

@@ -39,8 +39,9 @@ type statements struct {
 const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
 
 // claimedColumns are what a claim returns after messageColumns: where each
-// leased row is and the table's file node (see addressBook), read once.
-const claimedColumns = `ctid, (SELECT pg_relation_filenode('{t}'))`
+// leased row is and the table's file node (see addressBook), read once, and
+// the insert order (seq), by which key order sorts each key's run.
+const claimedColumns = `ctid, (SELECT pg_relation_filenode('{t}')), seq`
 
 func newStatements(n names, orderByKey bool) statements {
 	// In key order, a message is due only as the head of its key: no
@@ -246,7 +247,9 @@ const keysPerClaim = 16
 // rows and the newest due rows (outboxdriver.KeyWindow of each: messages
 // without a key, and heads of keys beyond the walk, whether they were
 // written long ago or just now). The three lists take turns for the batch's
-// places (prio), so none of them waits for the others to run dry. The
+// places (prio), so none of them waits for the others to run dry; the
+// walk's heads take their turns by due time, not in key order, so that keys
+// late in key order do not wait behind early ones that keep receiving. The
 // windows' rows of keys the walk visited are dropped before any head check:
 // the walk found those keys' heads, and with a few hot keys nearly every row
 // of the windows is one of their followers.
@@ -262,23 +265,30 @@ const keysPerClaim = 16
 // The heads are locked first (FOR UPDATE SKIP LOCKED, as the plain claim
 // does), from twice as many as take counted, so that heads another claim
 // holds are replaced by the next ones. Only the claim that holds a head
-// looks at its key's next messages,
-// and a head stays pending until the transaction that publishes it commits,
-// so no two claims hold messages of one key. Each key with a claimed head
-// gets a fair share of the rest of the batch (the rest divided by the keys),
-// and the share that keys with short runs leave goes, in a second pass, to
-// the keys whose runs filled their share. Rows are ranked by their place in
-// their run first (r), so a cut at the batch size leaves each run a prefix.
-// A message of a run that cannot be locked or no longer qualifies ends the
-// run there (gap): what follows it in the key waits for the next claim.
-// Every message of a run before its gap was locked, so the lease needs no
-// join with the locked rows; and gap finds the unlocked ones with NOT IN,
-// which PostgreSQL runs as a hash lookup whatever its row estimates (the
-// generic plan's, which are far too low, made the NOT EXISTS it replaces a
-// nested loop: 60 ms per claim of 200 keys).
+// looks at its key's next messages, and a head stays pending until the
+// transaction that publishes it commits, so no two claims hold messages of
+// one key. Each key with a claimed head gets a fair share of the rest of
+// the batch (the rest divided by the keys), and the share that keys with
+// short runs leave goes, in a second pass, to the keys whose runs filled
+// their share. Rows are ranked by their place in their run first (r), so a
+// cut at the batch size leaves each run a prefix. A message of a run that
+// cannot be locked or no longer qualifies ends the run there (gap): what
+// follows it in the key waits for the next claim. Every message of a run
+// before its gap was locked, so the lease needs no join with the locked
+// rows. A run is leased only if its head was (missed_head): a head released
+// and committed by another worker after this statement's snapshot is locked
+// in its new version, which the lease's TID scan does not see, and its
+// followers must not go out without it.
 //
-// The result is ordered so that each key's run comes in seq order, which
-// publishers keep.
+// gap and missed_head use NOT IN, which PostgreSQL (14 and later, which hash
+// tids) runs as a hash lookup whatever its row estimates: the generic plan's
+// are far too low, and made the NOT EXISTS that gap used a nested loop (60
+// ms per claim of 200 keys).
+//
+// The result has no order: the store sorts it so that each key's run comes
+// in seq order, which publishers keep (sortRuns; sorting 1,000 wide rows
+// twice, for a window and for the order, was about a tenth of the claim's
+// server time).
 const keyOrderClaim = `
 WITH RECURSIVE walk (key, n) AS (
 	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
@@ -303,12 +313,15 @@ WITH RECURSIVE walk (key, n) AS (
 		LIMIT least($3, {window})) AS newest
 	WHERE newest.key = '' OR newest.key NOT IN (SELECT key FROM walk WHERE key IS NOT NULL)
 ), due_head AS MATERIALIZED (
-	SELECT array_agg(d.ctid ORDER BY d.prio) AS ctids
-	FROM (SELECT o.ctid, c.prio FROM {t} AS o
+	SELECT array_agg(d.ctid ORDER BY d.turn) AS ctids
+	FROM (SELECT o.ctid, CASE WHEN c.prio % 3 = 2
+			THEN 3 * row_number() OVER (PARTITION BY c.prio % 3 = 2 ORDER BY o.available_at, c.prio) + 2
+			ELSE c.prio END AS turn
+		FROM {t} AS o
 		JOIN (SELECT ctid, min(prio) AS prio FROM candidate WHERE ctid IS NOT NULL GROUP BY ctid) AS c ON o.ctid = c.ctid
 		WHERE o.status = 'pending' AND o.available_at <= now()
 			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
-		ORDER BY c.prio
+		ORDER BY turn
 		LIMIT $3) AS d
 ), take (n, total, ctids) AS (
 	SELECT 0, 0::bigint, d.ctids FROM due_head AS d
@@ -322,7 +335,7 @@ WITH RECURSIVE walk (key, n) AS (
 	CROSS JOIN LATERAL (SELECT o.key, o.seq FROM {t} AS o WHERE o.ctid = t.ctids[t.n + 1]) AS h
 	WHERE t.total < $3 AND t.n < cardinality(t.ctids)
 ), head AS MATERIALIZED (
-	SELECT o.ctid, o.key, o.seq, h.prio FROM {t} AS o
+	SELECT o.ctid, o.id, o.key, o.seq, h.prio FROM {t} AS o
 	JOIN unnest((SELECT d.ctids[1:2 * (SELECT max(n) FROM take)] FROM due_head AS d))
 		WITH ORDINALITY AS h(ctid, prio) ON o.ctid = h.ctid
 	WHERE o.status = 'pending' AND o.available_at <= now()
@@ -379,16 +392,20 @@ WITH RECURSIVE walk (key, n) AS (
 	SELECT w.key, min(w.r) AS r FROM wanted AS w
 	WHERE w.ctid NOT IN (SELECT ctid FROM follower)
 	GROUP BY w.key
-), leased AS (
+), leased_head AS (
+	UPDATE {t} AS t
+	SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
+	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM head))
+	RETURNING {message_columns}, t.seq, t.ctid
+), missed_head AS (
+	SELECT key FROM head WHERE key <> '' AND id NOT IN (SELECT id FROM leased_head)
+), leased_run AS (
 	UPDATE {t} AS t
 	SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
 	WHERE t.ctid = ANY(ARRAY(
-		SELECT ctid FROM head
-		UNION ALL
 		SELECT w.ctid FROM wanted AS w LEFT JOIN gap AS g ON g.key = w.key
-		WHERE g.r IS NULL OR w.r < g.r))
+		WHERE (g.r IS NULL OR w.r < g.r) AND w.key NOT IN (SELECT key FROM missed_head)))
 	RETURNING {message_columns}, t.seq, t.ctid
 )
-SELECT {message_columns}, {claimed_columns} FROM leased
-ORDER BY min(available_at) OVER (PARTITION BY CASE WHEN key = '' THEN id::text ELSE key END),
-	CASE WHEN key = '' THEN id::text ELSE key END, seq`
+SELECT {message_columns}, {claimed_columns} FROM (
+	SELECT * FROM leased_head UNION ALL SELECT * FROM leased_run) AS leased`

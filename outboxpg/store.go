@@ -2,11 +2,13 @@ package outboxpg
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -220,10 +222,12 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, c
 		return res, err
 	}
 	res.addresses = map[uuid.UUID]pgtype.TID{}
+	seqs := map[uuid.UUID]int64{}
 	msgs, undecodable, err := sqlrow.Collect(rows, func(rows pgx.Rows) (outbox.Message, error, error) {
 		var tid pgtype.TID
-		m, headerErr, err := scanMessageAnd(rows, &tid, &res.filenode)
-		res.addresses[m.ID] = tid
+		var seq int64
+		m, headerErr, err := scanMessageAnd(rows, &tid, &res.filenode, &seq)
+		res.addresses[m.ID], seqs[m.ID] = tid, seq
 		return m, headerErr, err
 	})
 	rows.Close()
@@ -234,7 +238,8 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, c
 	res.undecodable = undecodable
 	res.msgs = msgs
 	if s.opts.OrderByKey {
-		return res, nil // the claim orders each key's run
+		sortRuns(msgs, seqs)
+		return res, nil
 	}
 	slices.SortFunc(msgs, func(a, b outbox.Message) int {
 		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
@@ -243,6 +248,35 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, c
 		return bytes.Compare(a.ID[:], b.ID[:])
 	})
 	return res, nil
+}
+
+// sortRuns orders a claim in key order: each key's messages together, in
+// insert order (seq), the keys by the due time of their first message, then
+// by key; a message without a key is a key of its own.
+func sortRuns(msgs []outbox.Message, seqs map[uuid.UUID]int64) {
+	group := func(m outbox.Message) string {
+		if m.Key == "" {
+			return m.ID.String()
+		}
+		return m.Key
+	}
+	firstDue := map[string]time.Time{}
+	for _, m := range msgs {
+		g := group(m)
+		if t, ok := firstDue[g]; !ok || m.AvailableAt.Before(t) {
+			firstDue[g] = m.AvailableAt
+		}
+	}
+	slices.SortFunc(msgs, func(a, b outbox.Message) int {
+		ga, gb := group(a), group(b)
+		if ga != gb {
+			if c := firstDue[ga].Compare(firstDue[gb]); c != 0 {
+				return c
+			}
+			return strings.Compare(ga, gb)
+		}
+		return cmp.Compare(seqs[a.ID], seqs[b.ID])
+	})
 }
 
 // queueDeletePublished queues the delete of published messages: by address
