@@ -222,12 +222,18 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, c
 		return res, err
 	}
 	res.addresses = map[uuid.UUID]pgtype.TID{}
-	seqs := map[uuid.UUID]int64{}
+	var seqs map[uuid.UUID]int64 // key order only
+	if s.opts.OrderByKey {
+		seqs = map[uuid.UUID]int64{}
+	}
 	msgs, undecodable, err := sqlrow.Collect(rows, func(rows pgx.Rows) (outbox.Message, error, error) {
 		var tid pgtype.TID
 		var seq int64
 		m, headerErr, err := scanMessageAnd(rows, &tid, &res.filenode, &seq)
-		res.addresses[m.ID], seqs[m.ID] = tid, seq
+		res.addresses[m.ID] = tid
+		if seqs != nil {
+			seqs[m.ID] = seq
+		}
 		return m, headerErr, err
 	})
 	rows.Close()
@@ -252,31 +258,40 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, c
 
 // sortRuns orders a claim in key order: each key's messages together, in
 // insert order (seq), the keys by the due time of their first message, then
-// by key; a message without a key is a key of its own.
+// by key; a message without a key is a key of its own. Each message's sort
+// key is worked out once, not in every comparison.
 func sortRuns(msgs []outbox.Message, seqs map[uuid.UUID]int64) {
-	group := func(m outbox.Message) string {
-		if m.Key == "" {
-			return m.ID.String()
-		}
-		return m.Key
+	type sortKey struct {
+		group    string
+		firstDue time.Time
+		seq      int64
 	}
+	keys := make([]sortKey, len(msgs))
 	firstDue := map[string]time.Time{}
-	for _, m := range msgs {
-		g := group(m)
+	for i, m := range msgs {
+		g := m.Key
+		if g == "" {
+			g = m.ID.String()
+		}
+		keys[i] = sortKey{group: g, seq: seqs[m.ID]}
 		if t, ok := firstDue[g]; !ok || m.AvailableAt.Before(t) {
 			firstDue[g] = m.AvailableAt
 		}
 	}
-	slices.SortFunc(msgs, func(a, b outbox.Message) int {
-		ga, gb := group(a), group(b)
-		if ga != gb {
-			if c := firstDue[ga].Compare(firstDue[gb]); c != 0 {
-				return c
-			}
-			return strings.Compare(ga, gb)
-		}
-		return cmp.Compare(seqs[a.ID], seqs[b.ID])
+	order := make([]int, len(msgs))
+	for i := range order {
+		order[i] = i
+		keys[i].firstDue = firstDue[keys[i].group]
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ka, kb := keys[a], keys[b]
+		return cmp.Or(ka.firstDue.Compare(kb.firstDue), strings.Compare(ka.group, kb.group), cmp.Compare(ka.seq, kb.seq))
 	})
+	sorted := make([]outbox.Message, len(msgs))
+	for i, j := range order {
+		sorted[i] = msgs[j]
+	}
+	copy(msgs, sorted)
 }
 
 // queueDeletePublished queues the delete of published messages: by address
