@@ -68,13 +68,24 @@ func pgxHarness(t *testing.T) storetest.Harness { return pgxHarnessOn(t, pgtest.
 
 // pgxHarnessOn is pgxHarness on a pool of the caller's.
 func pgxHarnessOn(t *testing.T, pool *pgxpool.Pool) storetest.Harness {
-	store := newStore(t, pool, outboxpg.Options{})
+	return pgxHarnessWith(t, pool, outboxpg.Options{})
+}
+
+// pgxHarnessWith is pgxHarnessOn with stores made with opts (the schema and
+// table are the test's, and the key-ordered store adds OrderByKey).
+func pgxHarnessWith(t *testing.T, pool *pgxpool.Pool, opts outboxpg.Options) storetest.Harness {
+	store := newStore(t, pool, opts)
+	ordered := keyOrderedWith(t, pool, store, opts)
+	t.Cleanup(func() {
+		outboxpg.RollBackHeld(store)
+		outboxpg.RollBackHeld(ordered)
+	})
 	w := newWriter(t, store)
 	return storetest.Harness{
 		Admin:      store,
 		Now:        dbNow(pool),
 		Store:      store,
-		KeyOrdered: keyOrdered(t, pool, store),
+		KeyOrdered: ordered,
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
@@ -87,14 +98,44 @@ func pgxHarnessOn(t *testing.T, pool *pgxpool.Pool) storetest.Harness {
 			}))
 		},
 		SetStoredHeaders: setStoredHeaders(pool, store.Name()),
+		CountHeld:        countHeld(pool, store.Name(), opts.TransactionLeases),
+	}
+}
+
+// countHeld is storetest.Harness.CountHeld for the table named
+// schema.table when its stores hold claims in transactions, and nil
+// otherwise: the pending rows that another transaction holds locked.
+func countHeld(pool *pgxpool.Pool, name string, held bool) func(ctx context.Context) (int64, error) {
+	if !held {
+		return nil
+	}
+	schema, table, _ := strings.Cut(name, ".")
+	q := pgx.Identifier{schema, table}.Sanitize()
+	return func(ctx context.Context) (n int64, err error) {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var all, free int64
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+q+` WHERE status = 'pending'`).Scan(&all); err != nil {
+				return err
+			}
+			err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT FROM `+q+` WHERE status = 'pending' FOR UPDATE SKIP LOCKED) AS f`).Scan(&free)
+			n = all - free
+			return err
+		})
+		return n, err
 	}
 }
 
 // keyOrdered returns a store on store's table that claims in key order.
 func keyOrdered(t *testing.T, pool *pgxpool.Pool, store *outboxpg.Store) *outboxpg.Store {
+	return keyOrderedWith(t, pool, store, outboxpg.Options{})
+}
+
+// keyOrderedWith is keyOrdered with the other options of opts.
+func keyOrderedWith(t *testing.T, pool *pgxpool.Pool, store *outboxpg.Store, opts outboxpg.Options) *outboxpg.Store {
 	t.Helper()
-	schema, table, _ := strings.Cut(store.Name(), ".")
-	s, err := outboxpg.New(pool, outboxpg.Options{Schema: schema, Table: table, OrderByKey: true})
+	opts.Schema, opts.Table, _ = strings.Cut(store.Name(), ".")
+	opts.OrderByKey = true
+	s, err := outboxpg.New(pool, opts)
 	if err != nil {
 		t.Fatalf("new key-ordered store: %v", err)
 	}

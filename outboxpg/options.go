@@ -48,6 +48,30 @@ type Options struct {
 	// every relay of the table: a relay without it claims regardless of
 	// keys. A dead message no longer holds its key back. Default false.
 	OrderByKey bool
+	// TransactionLeases makes the Store's claims hold their rows in a
+	// transaction instead of writing a lease into them: a claim deletes its
+	// rows in a transaction that stays open, on a connection of its own,
+	// while the relay publishes them, and the next exchange commits it, with
+	// the rows that were not published put back as their outcome says
+	// (retried, released, dead, or kept as published under Retention). A
+	// message is thus written once between its insert and its deletion, as
+	// in a bare DELETE ... RETURNING loop, where a leased claim writes it
+	// twice (measured: the drain goes from about half of that loop's rate
+	// to most of it; docs/benchmarks.md). If the relay dies, its
+	// connection closes and PostgreSQL rolls the transaction back: the
+	// messages are due again at once, not when a lease runs out. A relay
+	// that hangs is cut off by idle_in_transaction_session_timeout, set to
+	// the lease for each claim's transaction.
+	//
+	// The costs: each batch in flight holds a pooled connection (size the
+	// pool at the relay's Workers plus a few); the open transactions hold
+	// back vacuum for as long as a publish lasts; messages in flight count
+	// as pending, not in flight, in Stats and the console, since no lease
+	// is written; and the claim does not work through a pooler in
+	// statement mode (transaction mode is fine). Messages leased by
+	// columns (outbox.Relay.PublishNow) are settled as usual. Set it on the
+	// relay's Store; writers need nothing. Default false.
+	TransactionLeases bool
 	// Logger receives what the store handles by itself but an operator must
 	// know of, such as rows it could not dead-letter. Default slog.Default().
 	Logger *slog.Logger

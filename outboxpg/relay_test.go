@@ -79,7 +79,9 @@ func relayHarness(t *testing.T, opts outboxpg.Options) (relaytest.Harness, *pgxp
 	if err != nil {
 		t.Fatal(err)
 	}
-	ordered, err := outboxpg.New(pool, outboxpg.Options{Schema: opts.Schema, Table: opts.Table, OrderByKey: true})
+	orderedOpts := opts
+	orderedOpts.OrderByKey = true
+	ordered, err := outboxpg.New(pool, orderedOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +111,20 @@ func TestRelay(t *testing.T) {
 	t.Parallel()
 	relaytest.Run(t, func(t *testing.T) relaytest.Harness {
 		h, _, _ := relayHarness(t, outboxpg.Options{})
+		return h
+	})
+}
+
+// TestRelayWithTransactionLeases runs the relay suite on stores whose
+// claims hold their rows in a transaction (Options.TransactionLeases).
+func TestRelayWithTransactionLeases(t *testing.T) {
+	t.Parallel()
+	relaytest.Run(t, func(t *testing.T) relaytest.Harness {
+		h, _, _ := relayHarness(t, outboxpg.Options{TransactionLeases: true})
+		t.Cleanup(func() {
+			outboxpg.RollBackHeld(h.Store.(*outboxpg.Store))
+			outboxpg.RollBackHeld(h.KeyOrdered.(*outboxpg.Store))
+		})
 		return h
 	})
 }

@@ -22,7 +22,8 @@ type statements struct {
 	settleRetry     string // $1 ids, $2 delays in microseconds, $3 errors, $4 attempts to count (0 or 1), $5 token
 	postponeHeld    string // $1 ids of retried messages; key order only
 	settleDead      string // $1 ids, $2 errors, $3 token
-	claim           string // $1 lease in microseconds, $2 token, $3 limit; returns claimedColumns
+	claim           string // $1 lease in microseconds, $2 token, $3 limit (TransactionLeases: $1 limit); returns claimedColumns
+	putBack         string // TransactionLeases: rows a held claim deleted, back with their outcome (see putBackArgs)
 	release         string // $1 ids, $2 token
 	nextDue         string
 	purge           string // $1 age in microseconds, $2 limit
@@ -43,7 +44,15 @@ const messageColumns = `id, topic, key, payload, headers, created_at, available_
 // the insert order (seq), by which key order sorts each key's run.
 const claimedColumns = `ctid, (SELECT pg_relation_filenode('{t}')), seq`
 
-func newStatements(n names, orderByKey bool) statements {
+// leaseMode says how a store's claims hold their rows (Options.TransactionLeases).
+type leaseMode bool
+
+const (
+	leaseColumns     leaseMode = false // locked_until and lease_token
+	leaseTransaction leaseMode = true  // deleted in a transaction held open
+)
+
+func newStatements(n names, orderByKey bool, lease leaseMode) statements {
 	// In key order, a message is due only as the head of its key: no
 	// earlier message of the key (by seq, the insert order, see migration
 	// 3) is pending, whether leased, retrying or scheduled later. The key
@@ -65,7 +74,14 @@ func newStatements(n names, orderByKey bool) statements {
 			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.seq < o.seq
 			ORDER BY e.seq DESC LIMIT 1) IS NULL)`
 	}
-	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey,
+	// A claim's rows are leased by writing the lease into them ($1 lease in
+	// microseconds, $2 token, $3 limit), or deleted by a transaction that
+	// stays open until they are published ($1 limit; see heldClaims).
+	leaseRows, limit := "UPDATE "+n.qTable+" AS t\nSET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2\nWHERE", "$3"
+	if lease == leaseTransaction {
+		leaseRows, limit = "DELETE FROM "+n.qTable+" AS t WHERE", "$1"
+	}
+	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey, "{lease}", leaseRows, "{limit}", limit,
 		"{walk_limit}", strconv.Itoa(outboxdriver.KeyWalkLimit), "{window}", strconv.Itoa(outboxdriver.KeyWindow),
 		"{message_columns}", messageColumns, "{claimed_columns}", strings.ReplaceAll(claimedColumns, "{t}", n.qTable), "{keys_per_claim}", strconv.Itoa(keysPerClaim))
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
@@ -76,12 +92,10 @@ WITH c AS MATERIALIZED (
 	WHERE status = 'pending' AND available_at <= now()
 		AND (locked_until IS NULL OR locked_until <= now())
 	ORDER BY available_at, id
-	LIMIT $3
+	LIMIT {limit}
 	FOR UPDATE SKIP LOCKED
 )
-UPDATE {t} AS t
-SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
-WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM c))
+{lease} t.ctid = ANY(ARRAY(SELECT ctid FROM c))
 RETURNING {message_columns}, t.{claimed_columns}`)
 	if orderByKey {
 		claim = sql(keyOrderClaim)
@@ -114,6 +128,20 @@ SELECT pg_notify($8, '')`)
 		insertOne:       sql(insertOne),
 		insertOneNotify: withNotify(insertOne),
 
+		// The rows a held claim deleted come back as they were, with their
+		// place in the queue and in their key (seq), but for what their
+		// outcome changes: attempts, error, status, and the due time when
+		// a delay is given (-1 keeps it). Times count from the statement:
+		// the transaction began at the claim.
+		putBack: sql(`
+INSERT INTO {t} (id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at, seq)
+OVERRIDING SYSTEM VALUE
+SELECT m.id, m.topic, m.key, m.payload, m.headers::jsonb, m.created_at,
+	CASE WHEN m.delay_us < 0 THEN m.available_at ELSE statement_timestamp() + m.delay_us * interval '1 microsecond' END,
+	m.attempts, m.last_error, m.status, CASE WHEN m.status = 'published' THEN statement_timestamp() END, m.seq
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[],
+		$8::int[], $9::text[], $10::text[], $11::bigint[], $12::bigint[])
+	AS m(id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, seq, delay_us)`),
 		settlePublished: sql(`DELETE FROM {t} WHERE id = ANY($1::uuid[]) AND lease_token = $2`),
 		// The file node condition has no column in it: PostgreSQL checks it
 		// once, before the scan.
@@ -303,14 +331,14 @@ WITH RECURSIVE walk (key, n) AS (
 		SELECT ctid, key, available_at, id FROM {t}
 		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
 		ORDER BY available_at, id
-		LIMIT least($3, {window})) AS oldest
+		LIMIT least({limit}, {window})) AS oldest
 	WHERE oldest.key = '' OR oldest.key NOT IN (SELECT key FROM walk WHERE key IS NOT NULL)
 	UNION ALL
 	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at DESC, id DESC) + 1 FROM (
 		SELECT ctid, key, available_at, id FROM {t}
 		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
 		ORDER BY available_at DESC, id DESC
-		LIMIT least($3, {window})) AS newest
+		LIMIT least({limit}, {window})) AS newest
 	WHERE newest.key = '' OR newest.key NOT IN (SELECT key FROM walk WHERE key IS NOT NULL)
 ), due_head AS MATERIALIZED (
 	SELECT array_agg(d.ctid ORDER BY d.turn) AS ctids
@@ -322,7 +350,7 @@ WITH RECURSIVE walk (key, n) AS (
 		WHERE o.status = 'pending' AND o.available_at <= now()
 			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
 		ORDER BY turn
-		LIMIT $3) AS d
+		LIMIT {limit}) AS d
 ), take (n, total, ctids) AS (
 	SELECT 0, 0::bigint, d.ctids FROM due_head AS d
 	UNION ALL
@@ -330,10 +358,10 @@ WITH RECURSIVE walk (key, n) AS (
 		SELECT count(*) FROM (
 			SELECT FROM {t} AS e
 			WHERE e.status = 'pending' AND e.key <> '' AND e.key = h.key AND e.seq > h.seq
-			ORDER BY e.seq LIMIT $3 / {keys_per_claim}) AS f), t.ctids
+			ORDER BY e.seq LIMIT {limit} / {keys_per_claim}) AS f), t.ctids
 	FROM take AS t
 	CROSS JOIN LATERAL (SELECT o.key, o.seq FROM {t} AS o WHERE o.ctid = t.ctids[t.n + 1]) AS h
-	WHERE t.total < $3 AND t.n < cardinality(t.ctids)
+	WHERE t.total < {limit} AND t.n < cardinality(t.ctids)
 ), head AS MATERIALIZED (
 	SELECT o.ctid, o.id, o.key, o.seq, h.prio FROM {t} AS o
 	JOIN unnest((SELECT d.ctids[1:2 * (SELECT max(n) FROM take)] FROM due_head AS d))
@@ -344,7 +372,7 @@ WITH RECURSIVE walk (key, n) AS (
 	LIMIT (SELECT max(n) FROM take)
 	FOR UPDATE OF o SKIP LOCKED
 ), room AS (
-	SELECT $3 - count(*) AS places, count(*) FILTER (WHERE key <> '') AS keys FROM head
+	SELECT {limit} - count(*) AS places, count(*) FILTER (WHERE key <> '') AS keys FROM head
 ), share AS (
 	SELECT places, CASE WHEN keys = 0 THEN 0 ELSE (places + keys - 1) / keys END AS each FROM room
 ), run1 AS (
@@ -393,16 +421,12 @@ WITH RECURSIVE walk (key, n) AS (
 	WHERE w.ctid NOT IN (SELECT ctid FROM follower)
 	GROUP BY w.key
 ), leased_head AS (
-	UPDATE {t} AS t
-	SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
-	WHERE t.ctid = ANY(ARRAY(SELECT ctid FROM head))
+	{lease} t.ctid = ANY(ARRAY(SELECT ctid FROM head))
 	RETURNING {message_columns}, t.seq, t.ctid
 ), missed_head AS (
 	SELECT key FROM head WHERE key <> '' AND id NOT IN (SELECT id FROM leased_head)
 ), leased_run AS (
-	UPDATE {t} AS t
-	SET locked_until = now() + $1::bigint * interval '1 microsecond', lease_token = $2
-	WHERE t.ctid = ANY(ARRAY(
+	{lease} t.ctid = ANY(ARRAY(
 		SELECT w.ctid FROM wanted AS w LEFT JOIN gap AS g ON g.key = w.key
 		WHERE (g.r IS NULL OR w.r < g.r) AND w.key NOT IN (SELECT key FROM missed_head)))
 	RETURNING {message_columns}, t.seq, t.ctid

@@ -55,7 +55,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n, opts.OrderByKey)}
+	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n, opts.OrderByKey, leaseMode(opts.TransactionLeases))}
 	s.ins = newInserter(n, &s.stmts, opts.Notify)
 	return s, nil
 }
@@ -89,6 +89,14 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 	if claim.Limit > 0 && claim.Lease <= 0 {
 		return nil, fmt.Errorf("outboxpg: exchange on %s: claim lease %v must be positive", s.Name(), claim.Lease)
 	}
+	if s.opts.TransactionLeases {
+		return s.exchangeHeld(ctx, settle, claim)
+	}
+	return s.exchangeLeased(ctx, settle, claim)
+}
+
+// exchangeLeased is SettleAndClaim with leases written into the rows.
+func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	b := &pgx.Batch{}
 	// deleteAt is the place in the batch of the delete by address, if any,
 	// whose count tells whether every row was found at its address.
@@ -144,8 +152,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		err = cerr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("outboxpg: exchange on %s (settle %d published, %d retried, %d dead, %d released; claim %d): %w",
-			s.Name(), len(settle.Published), len(settle.Retry), len(settle.Dead), len(settle.Release), claim.Limit, err)
+		return nil, exchangeError(s.Name(), settle, claim, err)
 	}
 	if !settle.Empty() {
 		s.addresses.forget(settle.Token)
@@ -198,7 +205,8 @@ type exchangeResult struct {
 	undecodable []outboxdriver.Failure // claimed, headers not decodable
 	addresses   map[uuid.UUID]pgtype.TID
 	filenode    uint32
-	deletedAt   int64 // rows the delete by address removed
+	stored      map[uuid.UUID]storedRow // the claimed rows as stored (TransactionLeases)
+	deletedAt   int64                   // rows the delete by address removed
 }
 
 // readSettleAndClaim reads the results of SettleAndClaim's batch: the count
@@ -226,13 +234,20 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, c
 	if s.opts.OrderByKey {
 		seqs = map[uuid.UUID]int64{}
 	}
+	if s.opts.TransactionLeases {
+		res.stored = map[uuid.UUID]storedRow{}
+	}
 	msgs, undecodable, err := sqlrow.Collect(rows, func(rows pgx.Rows) (outbox.Message, error, error) {
 		var tid pgtype.TID
 		var seq int64
-		m, headerErr, err := scanMessageAnd(rows, &tid, &res.filenode, &seq)
+		var headers []byte
+		m, headerErr, err := scanMessageWith(rows, &headers, &tid, &res.filenode, &seq)
 		res.addresses[m.ID] = tid
 		if seqs != nil {
 			seqs[m.ID] = seq
+		}
+		if res.stored != nil {
+			res.stored[m.ID] = storedRow{msg: m, headers: headers, seq: seq}
 		}
 		return m, headerErr, err
 	})
@@ -345,6 +360,14 @@ func micros(d time.Duration) int64 {
 func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error {
 	if len(ids) == 0 {
 		return nil
+	}
+	if s.opts.TransactionLeases {
+		if claim := openClaims.take(token); claim != nil {
+			if err := releaseHeld(ctx, claim, token, ids); err != nil {
+				return fmt.Errorf("outboxpg: release %d message(s) in %s: %w", len(ids), s.Name(), err)
+			}
+			return nil
+		}
 	}
 	if _, err := s.pool.Exec(ctx, s.stmts.release, pgUUIDs(ids), pgUUID(token)); err != nil {
 		return fmt.Errorf("outboxpg: release %d message(s) in %s: %w", len(ids), s.Name(), err)
@@ -495,12 +518,14 @@ func collectMessages(rows pgx.Rows) (msgs []outbox.Message, undecodable []outbox
 // scanMessage reads one row of messageColumns. headerErr says why its headers
 // do not decode; the message is then returned without them.
 func scanMessage(rows pgx.Rows) (m outbox.Message, headerErr, err error) {
-	return scanMessageAnd(rows)
+	var headers []byte
+	return scanMessageWith(rows, &headers)
 }
 
-// scanMessageAnd is scanMessage for rows with more columns after
-// messageColumns, read into extra.
-func scanMessageAnd(rows pgx.Rows, extra ...any) (m outbox.Message, headerErr, err error) {
+// scanMessageWith is scanMessage that also keeps the headers as stored
+// (nil for NULL), for rows with more columns after messageColumns, read
+// into extra.
+func scanMessageWith(rows pgx.Rows, headersOut *[]byte, extra ...any) (m outbox.Message, headerErr, err error) {
 	var (
 		headers     []byte
 		lastError   pgtype.Text
@@ -518,5 +543,6 @@ func scanMessageAnd(rows pgx.Rows, extra ...any) (m outbox.Message, headerErr, e
 		c.PublishedAt = publishedAt.Time
 	}
 	headerErr = sqlrow.Fill(&m, "outboxpg", c)
+	*headersOut = headers
 	return m, headerErr, nil
 }

@@ -28,6 +28,28 @@ func TestConformanceWithPgx(t *testing.T) {
 	storetest.Run(t, pgxHarness)
 }
 
+// TestConformanceWithTransactionLeases runs the suite with claims held in
+// a transaction (Options.TransactionLeases), in every query mode.
+func TestConformanceWithTransactionLeases(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			cfg := pgtest.Config(t)
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			cfg.MaxConns = 16
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			if err != nil {
+				t.Fatalf("new pool: %v", err)
+			}
+			t.Cleanup(pool.Close)
+			storetest.Run(t, func(t *testing.T) storetest.Harness {
+				return pgxHarnessWith(t, pool, outboxpg.Options{TransactionLeases: true})
+			})
+		})
+	}
+}
+
 // TestConformanceInEveryQueryExecMode runs the suite with the query modes that
 // work without prepared statements (PgBouncer in transaction mode) or without
 // asking the server for parameter types (the simple protocol).

@@ -56,7 +56,21 @@ type Harness struct {
 	// as another program writing to the table could. Nil skips the cases
 	// that need it.
 	SetStoredHeaders func(ctx context.Context, id uuid.UUID, raw string) error
+	// CountHeld, for a store whose claims hold their rows in an open
+	// transaction instead of writing a lease (outboxpg's
+	// TransactionLeases), counts the messages such claims hold. The
+	// cases then expect what such a store does: messages in flight count
+	// as pending and due in Stats and NextDue, a release or dead letter
+	// of part of a claim shows when the claim is settled, a settlement
+	// puts back the claim's messages it does not list, and a claim
+	// whose lease ended is due again once its transaction is rolled
+	// back. Nil for stores that write leases.
+	CountHeld func(ctx context.Context) (int64, error)
 }
+
+// held reports whether the store's claims hold their rows in a
+// transaction (Harness.CountHeld).
+func (s *suite) held() bool { return s.h.CountHeld != nil }
 
 // Run runs the conformance suite. newHarness is called once per subtest, with
 // the subtest's t.
