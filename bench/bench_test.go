@@ -113,6 +113,30 @@ func BenchmarkRelayDrainKeyOrder(b *testing.B) {
 	}
 }
 
+// BenchmarkRelayDrainTransactionLeases is BenchmarkRelayDrainKeyOrder at
+// batch 1000 with claims held in a transaction (Options.TransactionLeases):
+// a message is written once, by the claim's delete, where a leased claim
+// writes the lease first. Compare it with BenchmarkRawDeleteCeiling and the
+// leased drains in the same run (docs/benchmarks.md gives the command).
+func BenchmarkRelayDrainTransactionLeases(b *testing.B) {
+	for _, keys := range []int{0, 1, 64, 10000} {
+		name := fmt.Sprintf("keys=%d", keys)
+		if keys == 0 {
+			name = "keys=unordered"
+		}
+		b.Run(name, func(b *testing.B) {
+			pool, _, opts := setup(b, outboxpg.Options{})
+			opts.OrderByKey = keys > 0
+			opts.TransactionLeases = true
+			store, err := outboxpg.New(pool, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			drain(b, store, 1000, 1, func() { fillKeys(b, pool, opts, backlog, cmp.Or(keys, 64)) })
+		})
+	}
+}
+
 // drain runs b.N times: fill a backlog of backlog messages (untimed), then
 // time relays draining it to a no-op publisher; it reports msgs/s.
 func drain(b *testing.B, store outboxdriver.Store, batch, relays int, fill func()) {

@@ -373,6 +373,38 @@ func TestFaultRelayKilledTenTimes(t *testing.T) {
 	s.check(kills, kills*2*50)
 }
 
+// TestFaultRelayKilledWithTransactionLeases is TestFaultRelayKilledTenTimes
+// with claims held in a transaction (--transaction-leases): a killed
+// relay's connections close, PostgreSQL rolls its claims back, and the
+// other relay must publish those messages in key order, none lost.
+func TestFaultRelayKilledWithTransactionLeases(t *testing.T) {
+	s := newScenario(t, "relay SIGKILL x5, 20k messages, 2 relays, key order, transaction leases")
+	s.ordered = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	writeDone := make(chan error, 1)
+	go func() { writeDone <- s.write(ctx, 20000, 4) }()
+	start := func() *clitest.Relay { return s.startRelay(s.url, "--transaction-leases") }
+	relays := []*clitest.Relay{start(), start()}
+	const kills = 5
+	for k := range kills {
+		before := s.arrived()
+		waitFor(t, time.Minute, "relays to publish", func() bool { return s.arrived() > before })
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+		i := k % len(relays)
+		relays[i].Kill()
+		relays[i] = start()
+	}
+	if err := <-writeDone; err != nil {
+		t.Fatal(err)
+	}
+	s.drain(2 * time.Minute)
+	for _, r := range relays {
+		r.Stop()
+	}
+	s.check(kills, kills*2*50)
+}
+
 // TestFaultDatabaseRestartedMidRun stops PostgreSQL (fast shutdown) while
 // writers and relays run, starts it again, and expects both to reconnect by
 // themselves.

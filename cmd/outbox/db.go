@@ -63,6 +63,7 @@ type storeMode struct {
 	notify     bool // writes wake relays in other processes (PostgreSQL NOTIFY; used by `send`)
 	orderByKey bool // claims keep the order of each key (used by `relay`)
 	watchWAL   bool // wake up from the table's inserts in the WAL (PostgreSQL; used by `relay`)
+	txLeases   bool // claims hold their rows in a transaction (PostgreSQL; used by `relay`)
 }
 
 // openReady is open for the commands that use the table: it fails, naming
@@ -130,7 +131,7 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMo
 		pool.Close()
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
-	opts := outboxpg.Options{Schema: g.schema, Table: g.table, Notify: mode.notify, OrderByKey: mode.orderByKey, WatchWAL: mode.watchWAL}
+	opts := outboxpg.Options{Schema: g.schema, Table: g.table, Notify: mode.notify, OrderByKey: mode.orderByKey, WatchWAL: mode.watchWAL, TransactionLeases: mode.txLeases}
 	store, err := outboxpg.New(pool, opts)
 	if err != nil {
 		pool.Close()

@@ -77,6 +77,9 @@ func (g *globalFlags) openSQLite(ctx context.Context, raw string, mode storeMode
 	if mode.watchWAL {
 		return nil, usagef("--watch-wal is for PostgreSQL; an SQLite relay learns of writes to its file by itself")
 	}
+	if mode.txLeases {
+		return nil, usagef("--transaction-leases is for PostgreSQL; SQLite has one writer, which a transaction held open would block")
+	}
 	opts := outboxsqlite.Options{Table: g.table, OrderByKey: mode.orderByKey}
 	names, err := outboxsqlite.New(&sql.DB{}, opts) // validates --table; touches no database
 	if err != nil {
