@@ -1,5 +1,10 @@
 package outboxpg
 
+import (
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
 // Channel returns the NOTIFY channel of s, for tests that listen themselves.
 func Channel(s *Store) string { return s.names.channel }
 
@@ -13,3 +18,14 @@ var ChannelName = channelName
 // (Options.TransactionLeases), as their leases ending would: tests that
 // leave claims unsettled give their connections back to the pool with it.
 func RollBackHeld(s *Store) { openClaims.rollBack(s) }
+
+// HoldOn takes token's claim out of reach of every Store, its timer
+// stopped, as a relay that hung would leave it, and returns its
+// connection (nil if there is no such claim).
+func HoldOn(token uuid.UUID) *pgxpool.Conn {
+	claim := openClaims.take(token)
+	if claim == nil {
+		return nil
+	}
+	return claim.conn
+}

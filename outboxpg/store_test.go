@@ -50,6 +50,59 @@ func TestConformanceWithTransactionLeases(t *testing.T) {
 	}
 }
 
+// A claim held in a transaction whose relay hangs (never settles, keeps
+// its connection open) is ended by the server at the lease, through
+// idle_in_transaction_session_timeout, and its message is due again.
+func TestATransactionLeaseEndsOnTheServerWhenItsHolderHangs(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{TransactionLeases: true})
+	w := newWriter(t, store)
+	m := &outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "orders.hung", Payload: []byte("{}")}
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	const lease = 500 * time.Millisecond
+	token := uuid.New()
+	got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: lease, Token: token})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %d messages, %v; want message %s", len(got), err, m.ID)
+	}
+	conn := outboxpg.HoldOn(token)
+	if conn == nil {
+		t.Fatalf("claim %s is not held in a transaction", token)
+	}
+	defer conn.Release()
+	var setting string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('idle_in_transaction_session_timeout')`).Scan(&setting); err != nil {
+		t.Fatalf("read the held transaction's idle timeout: %v", err)
+	}
+	if setting != "500ms" {
+		t.Fatalf("idle_in_transaction_session_timeout in the held transaction: %q; want the lease, 500ms", setting)
+	}
+	pid := conn.Conn().PgConn().PID()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var alive bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive); err != nil {
+			t.Fatalf("look for the held session: %v", err)
+		}
+		if !alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session holding claim %s (pid %d) still runs 30 s after its %v lease", token, pid, lease)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	again, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: uuid.New()})
+	if err != nil || len(again) != 1 || again[0].ID != m.ID || again[0].Attempts != 0 {
+		t.Fatalf("claim after the server ended the held one: %d messages, %v; want message %s again, no attempt counted", len(again), err, m.ID)
+	}
+	outboxpg.RollBackHeld(store)
+}
+
 // TestConformanceInEveryQueryExecMode runs the suite with the query modes that
 // work without prepared statements (PgBouncer in transaction mode) or without
 // asking the server for parameter types (the simple protocol).
