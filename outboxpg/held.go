@@ -64,6 +64,11 @@ func (h *heldClaims) put(token uuid.UUID, claim *heldClaim) {
 	if h.claims == nil {
 		h.claims = map[uuid.UUID]*heldClaim{}
 	}
+	if old := h.claims[token]; old != nil && old != claim {
+		// A token claimed twice: the first claim would be out of reach.
+		old.expiry.Stop()
+		old.conn.Release()
+	}
 	h.claims[token] = claim
 	claim.expiry = time.AfterFunc(time.Until(claim.deadline), func() {
 		if h.remove(token, claim) {
@@ -252,8 +257,8 @@ func queuePutBack(b *pgx.Batch, claim *heldClaim, settle outboxdriver.Settlement
 	listed := make(map[uuid.UUID]bool, settle.Len())
 	for _, id := range settle.Published {
 		listed[id] = true
-		if settle.KeepPublished {
-			p.add(claim.rows, id, outboxdriver.StatusPublished, 0, "", -1)
+		if row, ok := claim.rows[id]; ok && settle.KeepPublished {
+			p.add(claim.rows, id, outboxdriver.StatusPublished, 0, row.msg.LastError, -1)
 		}
 	}
 	retried := make([]pgtype.UUID, 0, len(settle.Retry))
