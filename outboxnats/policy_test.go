@@ -85,8 +85,13 @@ func TestRefusedCredentialsAreRetryableNotUnavailableAndLogTheFix(t *testing.T) 
 		t.Fatalf("Open: %v", err)
 	}
 	t.Cleanup(func() { _ = pub.Close() })
-	waitFor(t, 10*time.Second, "the server to refuse the credentials", func() bool {
-		return errors.Is(pub.JetStream().Conn().LastError(), nats.ErrAuthorization)
+	// nats.go reports the refusal only for a moment after the first
+	// attempt (it clears the error while it waits to try again) and closes
+	// the connection when the server refuses the same credentials twice:
+	// wait for that settled state, which is the one a relay lives in.
+	waitFor(t, 10*time.Second, "the server to refuse the credentials twice", func() bool {
+		nc := pub.JetStream().Conn()
+		return nc.IsClosed() && errors.Is(nc.LastError(), nats.ErrAuthorization)
 	})
 
 	m := publishertest.Messages("orders.created", 1)
