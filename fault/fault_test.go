@@ -347,30 +347,7 @@ func (s *scenario) check(faults, bound int) {
 // moments, ten times in a 50,000-message run, restarting each.
 func TestFaultRelayKilledTenTimes(t *testing.T) {
 	s := newScenario(t, "relay SIGKILL x10, 50k messages, 2 relays, key order")
-	s.ordered = true
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	writeDone := make(chan error, 1)
-	go func() { writeDone <- s.write(ctx, 50000, 4) }()
-	relays := []*clitest.Relay{s.startRelay(s.url), s.startRelay(s.url)}
-	const kills = 10
-	for k := range kills {
-		before := s.arrived()
-		waitFor(t, time.Minute, "relays to publish", func() bool { return s.arrived() > before })
-		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
-		i := k % len(relays)
-		relays[i].Kill()
-		relays[i] = s.startRelay(s.url)
-	}
-	if err := <-writeDone; err != nil {
-		t.Fatal(err)
-	}
-	s.drain(2 * time.Minute)
-	for _, r := range relays {
-		r.Stop()
-	}
-	// Each kill can duplicate what the killed relay had in flight.
-	s.check(kills, kills*2*50)
+	s.killRelaysWhileWriting(50000, 10)
 }
 
 // TestFaultRelayKilledWithTransactionLeases is TestFaultRelayKilledTenTimes
@@ -379,17 +356,27 @@ func TestFaultRelayKilledTenTimes(t *testing.T) {
 // other relay must publish those messages in key order, none lost.
 func TestFaultRelayKilledWithTransactionLeases(t *testing.T) {
 	s := newScenario(t, "relay SIGKILL x5, 20k messages, 2 relays, key order, transaction leases")
+	s.killRelaysWhileWriting(20000, 5, "--transaction-leases")
+}
+
+// killRelaysWhileWriting writes messages in key order while two relays
+// (started with relayArgs) publish them, kills one of the relays with
+// SIGKILL at a random moment kills times, restarting it each time, and
+// checks that every message was published once, in key order.
+func (s *scenario) killRelaysWhileWriting(messages, kills int, relayArgs ...string) {
+	t := s.t
 	s.ordered = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	writeDone := make(chan error, 1)
-	go func() { writeDone <- s.write(ctx, 20000, 4) }()
-	start := func() *clitest.Relay { return s.startRelay(s.url, "--transaction-leases") }
+	go func() { writeDone <- s.write(ctx, messages, 4) }()
+	start := func() *clitest.Relay { return s.startRelay(s.url, relayArgs...) }
 	relays := []*clitest.Relay{start(), start()}
-	const kills = 5
 	for k := range kills {
 		before := s.arrived()
 		waitFor(t, time.Minute, "relays to publish", func() bool { return s.arrived() > before })
+		// A random moment in the relays' cycle: mid-claim, mid-publish or
+		// mid-settlement.
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
 		i := k % len(relays)
 		relays[i].Kill()
@@ -402,6 +389,7 @@ func TestFaultRelayKilledWithTransactionLeases(t *testing.T) {
 	for _, r := range relays {
 		r.Stop()
 	}
+	// Each kill can duplicate what the killed relay had in flight.
 	s.check(kills, kills*2*50)
 }
 
