@@ -86,6 +86,13 @@ func newStatements(n names, orderByKey bool, lease leaseMode) statements {
 		"{message_columns}", messageColumns, "{claimed_columns}", strings.ReplaceAll(claimedColumns, "{t}", n.qTable), "{keys_per_claim}", strconv.Itoa(keysPerClaim))
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
 
+	// laterDue is the wait in microseconds until the earliest due row
+	// whose lease ends or the first message due later, NULL if none.
+	const laterDue = `ceil(EXTRACT(EPOCH FROM LEAST(
+		(SELECT min(locked_until) FROM {t} WHERE status = 'pending' AND available_at <= now() AND locked_until > now()),
+		(SELECT min(available_at) FROM {t} WHERE status = 'pending' AND available_at > now())
+	) - now()) * 1000000)::bigint`
+
 	claim := sql(`
 WITH c AS MATERIALIZED (
 	SELECT ctid FROM {t} AS o
@@ -120,6 +127,44 @@ VALUES ($1::uuid, $2::text, $3::text, $4::bytea, $5::text::jsonb, COALESCE($6::t
 		return sql(`WITH ins AS (` + insert + `
 )
 SELECT pg_notify($8, '')`)
+	}
+
+	// A due message that no lease holds makes the wait 0, and EXISTS
+	// stops at the first one. Otherwise every due row is in flight, and
+	// there are few of them (batch size times workers per relay): the
+	// earliest lease end among them competes with the first message due
+	// later, read from the first entry of the pending index. The
+	// subqueries run only when CASE needs them.
+	nextDue := sql(`
+SELECT CASE
+	WHEN EXISTS (
+		SELECT FROM {t} AS o WHERE status = 'pending' AND available_at <= now()
+			AND (locked_until IS NULL OR locked_until <= now())
+	) THEN 0
+	ELSE ` + laterDue + `
+END`)
+	if orderByKey {
+		// In key order only a head is due, and the rows held back behind
+		// heads in flight may be most of the table: looking for a head
+		// among all of them cost a second or more per probe with 50,000
+		// behind one hot key. So the probe looks among the first
+		// KeyWindow due rows only, as the claim's window does. If the
+		// window is full and holds no head, it answers "due now" all the
+		// same: the claim that follows walks the keys and finds out, once
+		// per poll at most.
+		nextDue = sql(`
+WITH due AS MATERIALIZED (
+	SELECT o.key, o.seq FROM {t} AS o
+	WHERE status = 'pending' AND available_at <= now()
+		AND (locked_until IS NULL OR locked_until <= now())
+	ORDER BY available_at, id
+	LIMIT {window}
+)
+SELECT CASE
+	WHEN (SELECT count(*) FROM due) = {window} THEN 0
+	WHEN EXISTS (SELECT FROM due AS o WHERE true{head_of_key}) THEN 0
+	ELSE ` + laterDue + `
+END`)
 	}
 
 	return statements{
@@ -202,23 +247,7 @@ WHERE t.id = d.id AND t.lease_token = $3`),
 		release: sql(`
 UPDATE {t} SET locked_until = NULL, lease_token = NULL
 WHERE id = ANY($1::uuid[]) AND lease_token = $2 AND status = 'pending'`),
-		// A due message that no lease holds makes the wait 0, and EXISTS
-		// stops at the first one. Otherwise every due row is in flight, and
-		// there are few of them (batch size times workers per relay): the
-		// earliest lease end among them competes with the first message due
-		// later, read from the first entry of the pending index. The
-		// subqueries run only when CASE needs them.
-		nextDue: sql(`
-SELECT CASE
-	WHEN EXISTS (
-		SELECT FROM {t} AS o WHERE status = 'pending' AND available_at <= now()
-			AND (locked_until IS NULL OR locked_until <= now()){head_of_key}
-	) THEN 0
-	ELSE ceil(EXTRACT(EPOCH FROM LEAST(
-		(SELECT min(locked_until) FROM {t} WHERE status = 'pending' AND available_at <= now() AND locked_until > now()),
-		(SELECT min(available_at) FROM {t} WHERE status = 'pending' AND available_at > now())
-	) - now()) * 1000000)::bigint
-END`),
+		nextDue: nextDue,
 		// = ANY(ARRAY(...)) runs the bounded subquery once and deletes by
 		// primary key; IN (...) may be planned as a join over the whole table.
 		purge: sql(`
