@@ -171,7 +171,7 @@ func (s *Store) exchangeHeld(ctx context.Context, settle outboxdriver.Settlement
 	if claim.Limit > 0 {
 		settles-- // the claim, read last
 	}
-	res, err := s.readSettleAndClaim(br, settles, -1, claim.Limit > 0)
+	res, err := s.readSettleAndClaim(br, settles, -1, claim.Limit)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}

@@ -147,7 +147,7 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 	}
 
 	br := s.pool.SendBatch(ctx, b)
-	res, err := s.readSettleAndClaim(br, settles, deleteAt, claim.Limit > 0)
+	res, err := s.readSettleAndClaim(br, settles, deleteAt, claim.Limit)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -211,8 +211,8 @@ type exchangeResult struct {
 
 // readSettleAndClaim reads the results of SettleAndClaim's batch: the count
 // of the delete by address (at place deleteAt, if not -1), then the claimed
-// messages and where they are.
-func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, claiming bool) (res exchangeResult, err error) {
+// messages and where they are, if the exchange claimed up to limit (> 0).
+func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt, limit int) (res exchangeResult, err error) {
 	for i := range settles {
 		tag, err := br.Exec()
 		if err != nil {
@@ -222,26 +222,26 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, c
 			res.deletedAt = tag.RowsAffected()
 		}
 	}
-	if !claiming {
+	if limit <= 0 {
 		return res, nil
 	}
 	rows, err := br.Query()
 	if err != nil {
 		return res, err
 	}
-	res.addresses = map[uuid.UUID]pgtype.TID{}
+	res.addresses = make(map[uuid.UUID]pgtype.TID, limit)
 	var seqs map[uuid.UUID]int64 // key order only
 	if s.opts.OrderByKey {
-		seqs = map[uuid.UUID]int64{}
+		seqs = make(map[uuid.UUID]int64, limit)
 	}
 	if s.opts.TransactionLeases {
-		res.stored = map[uuid.UUID]storedRow{}
+		res.stored = make(map[uuid.UUID]storedRow, limit)
 	}
-	msgs, undecodable, err := sqlrow.Collect(rows, func(rows pgx.Rows) (outbox.Message, error, error) {
-		var tid pgtype.TID
-		var seq int64
-		var headers []byte
-		m, headerErr, err := scanMessageWith(rows, &headers, &tid, &res.filenode, &seq)
+	var tid pgtype.TID
+	var seq int64
+	sc := newMessageScanner(&tid, &res.filenode, &seq)
+	msgs, undecodable, err := sqlrow.Collect(rows, limit, func(rows pgx.Rows) (outbox.Message, error, error) {
+		m, headers, headerErr, err := sc.scan(rows)
 		res.addresses[m.ID] = tid
 		if seqs != nil {
 			seqs[m.ID] = seq
@@ -262,13 +262,23 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt int, c
 		sortRuns(msgs, seqs)
 		return res, nil
 	}
-	slices.SortFunc(msgs, func(a, b outbox.Message) int {
-		if c := a.AvailableAt.Compare(b.AvailableAt); c != 0 {
-			return c
-		}
-		return bytes.Compare(a.ID[:], b.ID[:])
-	})
+	sortByDue(msgs)
 	return res, nil
+}
+
+// sortByDue orders a claim by due time, then id, as the claim took it from
+// the pending index (its rows come back in no order). It sorts positions,
+// not the messages themselves, which are large to swap.
+func sortByDue(msgs []outbox.Message) {
+	order := make([]int, len(msgs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ma, mb := &msgs[a], &msgs[b]
+		return cmp.Or(ma.AvailableAt.Compare(mb.AvailableAt), bytes.Compare(ma.ID[:], mb.ID[:]))
+	})
+	permute(msgs, order)
 }
 
 // sortRuns orders a claim in key order: each key's messages together, in
@@ -302,6 +312,11 @@ func sortRuns(msgs []outbox.Message, seqs map[uuid.UUID]int64) {
 		ka, kb := keys[a], keys[b]
 		return cmp.Or(ka.firstDue.Compare(kb.firstDue), strings.Compare(ka.group, kb.group), cmp.Compare(ka.seq, kb.seq))
 	})
+	permute(msgs, order)
+}
+
+// permute puts msgs in order: msgs[order[0]] first, and so on.
+func permute(msgs []outbox.Message, order []int) {
 	sorted := make([]outbox.Message, len(msgs))
 	for i, j := range order {
 		sorted[i] = msgs[j]
@@ -512,37 +527,48 @@ func (s *Store) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) 
 // closes rows.
 func collectMessages(rows pgx.Rows) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
 	defer rows.Close()
-	return sqlrow.Collect(rows, scanMessage)
+	sc := newMessageScanner()
+	return sqlrow.Collect(rows, 0, func(rows pgx.Rows) (outbox.Message, error, error) {
+		m, _, headerErr, err := sc.scan(rows)
+		return m, headerErr, err
+	})
 }
 
-// scanMessage reads one row of messageColumns. headerErr says why its headers
-// do not decode; the message is then returned without them.
-func scanMessage(rows pgx.Rows) (m outbox.Message, headerErr, err error) {
-	var headers []byte
-	return scanMessageWith(rows, &headers)
+// messageScanner reads rows of messageColumns, then the columns of extra,
+// into the same destinations row after row: a claim of 1,000 rows would
+// otherwise allocate a destination list and its pointers per row.
+type messageScanner struct {
+	id          pgtype.UUID // a uuid.UUID would be scanned through its text form
+	msg         outbox.Message
+	headers     []byte
+	lastError   pgtype.Text
+	status      string
+	publishedAt pgtype.Timestamptz
+	dest        []any
 }
 
-// scanMessageWith is scanMessage that also keeps the headers as stored
-// (nil for NULL), for rows with more columns after messageColumns, read
-// into extra.
-func scanMessageWith(rows pgx.Rows, headersOut *[]byte, extra ...any) (m outbox.Message, headerErr, err error) {
-	var (
-		headers     []byte
-		lastError   pgtype.Text
-		status      string
-		publishedAt pgtype.Timestamptz
-	)
-	dest := append([]any{&m.ID, &m.Topic, &m.Key, &m.Payload, &headers, &m.CreatedAt, &m.AvailableAt,
-		&m.Attempts, &lastError, &status, &publishedAt}, extra...)
-	err = rows.Scan(dest...)
-	if err != nil {
-		return outbox.Message{}, nil, err
+func newMessageScanner(extra ...any) *messageScanner {
+	sc := &messageScanner{}
+	m := &sc.msg
+	sc.dest = append([]any{&sc.id, &m.Topic, &m.Key, &m.Payload, &sc.headers, &m.CreatedAt, &m.AvailableAt,
+		&m.Attempts, &sc.lastError, &sc.status, &sc.publishedAt}, extra...)
+	return sc
+}
+
+// scan reads the current row: its message, its headers as stored (nil for
+// NULL) and, apart from a scan error, why its headers do not decode (the
+// message then comes without them).
+func (sc *messageScanner) scan(rows pgx.Rows) (m outbox.Message, headers []byte, headerErr, err error) {
+	sc.msg, sc.headers, sc.publishedAt = outbox.Message{}, nil, pgtype.Timestamptz{}
+	if err := rows.Scan(sc.dest...); err != nil {
+		return outbox.Message{}, nil, nil, err
 	}
-	c := sqlrow.Columns{Headers: headers, HasHeaders: headers != nil, LastError: lastError.String, Status: status}
-	if publishedAt.Valid {
-		c.PublishedAt = publishedAt.Time
+	m = sc.msg
+	m.ID = sc.id.Bytes
+	c := sqlrow.Columns{Headers: sc.headers, HasHeaders: sc.headers != nil, LastError: sc.lastError.String, Status: sc.status}
+	if sc.publishedAt.Valid {
+		c.PublishedAt = sc.publishedAt.Time
 	}
 	headerErr = sqlrow.Fill(&m, "outboxpg", c)
-	*headersOut = headers
-	return m, headerErr, nil
+	return m, sc.headers, headerErr, nil
 }

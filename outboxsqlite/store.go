@@ -545,7 +545,7 @@ func collect(rows *sql.Rows, add func(m outbox.Message, rid int64, due bool)) ([
 		return nil, nil, err
 	}
 	withDue := len(cols) > 12
-	return sqlrow.Collect(rows, func(rows *sql.Rows) (outbox.Message, error, error) {
+	return sqlrow.Collect(rows, 0, func(rows *sql.Rows) (outbox.Message, error, error) {
 		var rid int64
 		due := true
 		extra := []any{&rid}
@@ -564,7 +564,7 @@ func collect(rows *sql.Rows, add func(m outbox.Message, rid int64, due bool)) ([
 // closes rows.
 func collectMessages(rows *sql.Rows) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
 	defer rows.Close()
-	return sqlrow.Collect(rows, func(rows *sql.Rows) (outbox.Message, error, error) { return scanMessage(rows) })
+	return sqlrow.Collect(rows, 0, func(rows *sql.Rows) (outbox.Message, error, error) { return scanMessage(rows) })
 }
 
 // scanMessage reads one row of messageColumns. headerErr says why its headers

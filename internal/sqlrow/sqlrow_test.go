@@ -93,7 +93,7 @@ func TestCollect(t *testing.T) {
 		}
 		return m, nil, nil
 	}
-	msgs, undecodable, err := Collect(&fakeRows{n: 3}, scan)
+	msgs, undecodable, err := Collect(&fakeRows{n: 3}, 0, scan)
 	if err != nil || len(msgs) != 3 || msgs[2].ID != ids[2] {
 		t.Fatalf("Collect = %v, %v; want the 3 messages", msgs, err)
 	}
@@ -102,11 +102,11 @@ func TestCollect(t *testing.T) {
 	}
 
 	failed := errors.New("connection lost")
-	if msgs, _, err := Collect(&fakeRows{n: 3, err: failed}, scan); err != failed || msgs != nil {
+	if msgs, _, err := Collect(&fakeRows{n: 3, err: failed}, 0, scan); err != failed || msgs != nil {
 		t.Errorf("rows failing at the end: %v, %v; want no messages and the error", msgs, err)
 	}
 	scanFails := func(*fakeRows) (outboxdriver.Message, error, error) { return outboxdriver.Message{}, nil, failed }
-	if msgs, _, err := Collect(&fakeRows{n: 3}, scanFails); err != failed || msgs != nil {
+	if msgs, _, err := Collect(&fakeRows{n: 3}, 0, scanFails); err != failed || msgs != nil {
 		t.Errorf("scan failing: %v, %v; want no messages and the error", msgs, err)
 	}
 }
