@@ -19,7 +19,10 @@ import (
 // retryable failure of the whole batch. Publish must respect ctx: the relay
 // cancels it before the batch's lease expires.
 //
-// A publisher may be called by several relay workers at once.
+// A publisher may be called by several relay workers at once. It must not
+// change the messages it is given, nor the bytes of their payloads: the
+// relay and the store keep them, and a store may write a message that was
+// not published back as it was handed over (outboxpg's TransactionLeases).
 //
 // Close releases what the publisher holds: connections and clients it made
 // itself. Its owner calls it once no relay uses it any more (the relay never
