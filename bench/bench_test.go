@@ -9,6 +9,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -197,19 +198,22 @@ func drainWith(b *testing.B, store outboxdriver.Store, noop outbox.Publisher, cf
 			go func() { _ = r.Run(ctx); done <- struct{}{} }()
 		}
 		select {
-		case <-counter.done:
+		case <-counter.finished():
 		case <-time.After(drainTimeout):
-			b.Fatalf("drain did not finish in %v: %d of %d published", drainTimeout, counter.n.Load(), backlog)
+			cancel()
+			b.Fatalf("drain did not finish in %v: %d of %d published", drainTimeout, counter.published(), backlog)
 		}
+		var shutdownErr error
 		for _, r := range rs {
-			if err := r.Shutdown(context.Background()); err != nil {
-				b.Fatal(err)
-			}
+			shutdownErr = errors.Join(shutdownErr, r.Shutdown(context.Background()))
 		}
 		elapsed += time.Since(start)
 		cancel()
 		for range relays {
 			<-done
+		}
+		if shutdownErr != nil {
+			b.Fatal(shutdownErr)
 		}
 		b.StopTimer()
 		requireDrained(b, store.(outboxdriver.Admin))

@@ -138,11 +138,11 @@ func (e *env) drainRelaysWith(ctx context.Context, publisher string, batch, rela
 	}
 	var waitErr error
 	select {
-	case <-counter.done:
+	case <-counter.finished():
 	case <-ctx.Done():
 		waitErr = ctx.Err()
 	case <-time.After(drainTimeout):
-		waitErr = fmt.Errorf("drain did not finish in %v: %d of %d published", drainTimeout, counter.n.Load(), e.opts.Backlog)
+		waitErr = fmt.Errorf("drain did not finish in %v: %d of %d published", drainTimeout, counter.published(), e.opts.Backlog)
 	}
 	for _, r := range rs {
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)

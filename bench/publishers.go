@@ -75,9 +75,32 @@ type counting struct {
 	once   sync.Once
 }
 
-func newCounting(pub outbox.Publisher, target int) *counting {
-	return &counting{pub: pub, target: int64(target), done: make(chan struct{})}
+// newCounting wraps pub. The wrapper keeps key order if pub does (see
+// outbox.KeyOrderKeeper): a relay sends a publisher that does not a batch
+// of runs in waves, one message per key per call, and a drain in key order
+// must measure the path its publisher takes.
+func newCounting(pub outbox.Publisher, target int) outboxCounter {
+	c := &counting{pub: pub, target: int64(target), done: make(chan struct{})}
+	if _, keeps := pub.(outbox.KeyOrderKeeper); keeps {
+		return orderKeepingCounting{c}
+	}
+	return c
 }
+
+// outboxCounter is a counting publisher, keeping key order or not.
+type outboxCounter interface {
+	outbox.Publisher
+	published() int64
+	finished() <-chan struct{}
+}
+
+// orderKeepingCounting is counting for a publisher that keeps key order.
+type orderKeepingCounting struct{ *counting }
+
+func (orderKeepingCounting) KeepsKeyOrder() {}
+
+func (c *counting) published() int64          { return c.n.Load() }
+func (c *counting) finished() <-chan struct{} { return c.done }
 
 // Close closes the counted publisher.
 func (c *counting) Close() error { return c.pub.Close() }

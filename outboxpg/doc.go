@@ -72,7 +72,9 @@
 //     trip per connection.)
 //   - NextDue, the idle probe, is one read-only query: the first entry of the
 //     pending index for messages due later, and the rows already due (those in
-//     flight, as only an idle relay asks) for leases that run out first.
+//     flight, as only an idle relay asks) for leases that run out first. In
+//     key order it reads at most outboxdriver.KeyWindow due rows to find a
+//     head, and says "due now" if they all wait behind heads in flight.
 //
 // # Waking relays in other processes
 //

@@ -36,7 +36,7 @@ type statements struct {
 	discardDead string // $1 ids
 }
 
-// messageColumns are scanned by scanMessage, in this order.
+// messageColumns are scanned by messageScanner, in this order.
 const messageColumns = `id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at`
 
 // claimedColumns are what a claim returns after messageColumns: where each

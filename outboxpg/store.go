@@ -394,7 +394,11 @@ func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) e
 // database's clock, leased ones included (they are due when their lease ends).
 // It is one read-only query on the pending index: a due message stops it at
 // once, and otherwise it reads only the messages in flight and the first
-// message due later. The wait is rounded up to whole microseconds, so a relay
+// message due later. In key order only the head of a key is due, and the
+// probe looks for one among the first outboxdriver.KeyWindow due messages
+// only: if all of them wait behind heads in flight, it answers "due now"
+// without reading further, and the claim that follows finds out (at most
+// one empty claim per poll). The wait is rounded up to whole microseconds, so a relay
 // that sleeps for it never wakes too early.
 func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	var wait pgtype.Int8
