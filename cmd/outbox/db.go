@@ -64,7 +64,13 @@ type storeMode struct {
 	orderByKey bool // claims keep the order of each key (used by `relay`)
 	watchWAL   bool // wake up from the table's inserts in the WAL (PostgreSQL; used by `relay`)
 	txLeases   bool // claims hold their rows in a transaction (PostgreSQL; used by `relay`)
+	workers    int  // the relay's workers, each holding a connection while txLeases
 }
+
+// heldClaimSpareConns are the connections a relay with transaction leases
+// needs besides one per worker: the idle probe, the wake-up and the clean-up
+// of published messages.
+const heldClaimSpareConns = 3
 
 // openReady is open for the commands that use the table: it fails, naming
 // `outbox migrate up`, when the table is missing or at an older migration,
@@ -118,10 +124,27 @@ func urlScheme(raw string) string {
 	return strings.ToLower(scheme)
 }
 
-func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMode) (*backend, error) {
+// poolConfig is the pool configuration of the database URL raw for mode.
+// With transaction leases each batch in flight holds a connection with its
+// claim's transaction, and the pool's default size (4 on a small machine)
+// would leave workers waiting for one and nothing for the idle probe, the
+// wake-up and the clean-up: unless the URL sets pool_max_conns, the pool
+// grows to the workers plus heldClaimSpareConns.
+func poolConfig(raw string, mode storeMode) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err)
+	}
+	if mode.txLeases && !strings.Contains(raw, "pool_max_conns") {
+		cfg.MaxConns = max(cfg.MaxConns, int32(mode.workers)+heldClaimSpareConns)
+	}
+	return cfg, nil
+}
+
+func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMode) (*backend, error) {
+	cfg, err := poolConfig(raw, mode)
+	if err != nil {
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,7 +64,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 				return err
 			}
 			defer pub.Close()
-			b, err := g.openReady(cmd.Context(), storeMode{orderByKey: orderByKey, watchWAL: watchWAL, txLeases: txLeases})
+			b, err := g.openReady(cmd.Context(), storeMode{orderByKey: orderByKey, watchWAL: watchWAL, txLeases: txLeases, workers: cmp.Or(cfg.Workers, outbox.WorkersDefault)})
 			if err != nil {
 				return err
 			}
@@ -109,7 +110,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 	f.DurationVar(&cfg.ActivePollInterval, "active-poll-interval", outbox.ActivePollIntervalDefault, "first wait after work was found (doubles up to --poll-interval)")
 	f.DurationVar(&cfg.Retention, "retention", outbox.RetentionDefault, "keep published messages this long (0 deletes them on publish)")
 	f.BoolVar(&cfg.DisableListen, "poll-only", false, "poll only: no PostgreSQL LISTEN (needed behind a transaction-mode pooler), no SQLite change watcher")
-	f.BoolVar(&txLeases, "transaction-leases", false, "PostgreSQL: hold each batch's rows in a transaction while they are published instead of writing a lease into them (faster; one connection per worker in flight; in-flight messages show as pending)")
+	f.BoolVar(&txLeases, "transaction-leases", false, "PostgreSQL: hold each batch's rows in a transaction while they are published instead of writing a lease into them (faster; one connection per worker in flight, the pool grows to --workers + 3 unless the URL sets pool_max_conns; in-flight messages show as pending)")
 	f.BoolVar(&watchWAL, "watch-wal", false, "PostgreSQL: wake up when the table's inserts reach the write-ahead log (a temporary logical replication slot; needs wal_level=logical and a role with REPLICATION), instead of polling; writers need no NOTIFY")
 	f.BoolVar(&orderByKey, "order-by-key", false, "publish the messages of each key one at a time in the order they were written; a failing message holds back only its key (give it to every relay of the table)")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
