@@ -677,6 +677,48 @@ func TestKeyOrderClaimsLeaveKeysForAnotherWorker(t *testing.T) {
 	}
 }
 
+// The idle probe in key order looks for a due head among the first
+// KeyWindow due messages only (reading every message held back behind a
+// hot key's head cost a second per probe with 50,000 of them). Below that
+// it is exact: the wait until the head's lease ends. With a full window of
+// followers it answers "due now" and leaves the rest to the claim.
+func TestNextDueInKeyOrderLooksAtABoundedWindow(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	for _, c := range []struct {
+		followers int
+		dueNow    bool
+	}{
+		{outboxdriver.KeyWindow - 1, false},
+		{outboxdriver.KeyWindow + 1, true},
+	} {
+		store := newStore(t, pool, outboxpg.Options{OrderByKey: true})
+		w := newWriter(t, store)
+		msgs := make([]*outbox.Message, 1+c.followers)
+		for i := range msgs {
+			msgs[i] = &outbox.Message{Topic: "accounts", Key: "hot"}
+		}
+		if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		const lease = time.Hour
+		got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: lease, Token: uuid.New()})
+		if err != nil || len(got) != 1 || got[0].ID != msgs[0].ID {
+			t.Fatalf("claim of the head: %d messages, %v; want the head", len(got), err)
+		}
+		wait, ok, err := store.NextDue(ctx)
+		switch {
+		case err != nil || !ok:
+			t.Errorf("%d followers behind a leased head: NextDue = %v, %v, %v; want a pending message", c.followers, wait, ok, err)
+		case c.dueNow && wait > 0:
+			t.Errorf("%d followers behind a leased head: NextDue waits %v; want due now (a full window, the claim decides)", c.followers, wait)
+		case !c.dueNow && (wait < lease-time.Minute || wait > lease):
+			t.Errorf("%d followers behind a leased head: NextDue waits %v; want the head's lease, about %v", c.followers, wait, lease)
+		}
+	}
+}
+
 // The relay deletes published messages by the address its claim left
 // (ctid). A table rewrite between the claim and the settlement (VACUUM FULL
 // here; CLUSTER, pg_repack and some ALTER TABLEs do the same) moves every
