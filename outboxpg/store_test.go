@@ -650,18 +650,30 @@ func TestKeyOrderClaimsLeaveKeysForAnotherWorker(t *testing.T) {
 	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
+	// Each key's messages in write order, and how many of them the
+	// claims so far took: a claim must take the next ones of each key, in
+	// order, from its head on.
+	byKey := map[string][]uuid.UUID{}
+	for _, m := range msgs {
+		byKey[m.Key] = append(byKey[m.Key], m.ID)
+	}
+	taken := map[string]int{}
 	claimKeys := func() map[string]int {
 		t.Helper()
 		got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: batch, Lease: time.Minute, Token: uuid.New()})
 		if err != nil {
 			t.Fatalf("claim: %v", err)
 		}
-		if len(got) != batch {
-			t.Fatalf("claim of %d from %d keys of %d messages each returned %d; want a full batch", batch, keys, perKey, len(got))
-		}
 		runs := map[string]int{}
 		for _, m := range got {
 			runs[m.Key]++
+			if want := byKey[m.Key][taken[m.Key]]; m.ID != want {
+				t.Fatalf("claim returned %s as message %d of key %s; want %s, the key's next in write order", m.ID, taken[m.Key], m.Key, want)
+			}
+			taken[m.Key]++
+		}
+		if len(got) != batch {
+			t.Fatalf("claim of %d from %d keys of %d messages each returned %d; want a full batch", batch, keys, perKey, len(got))
 		}
 		return runs
 	}
