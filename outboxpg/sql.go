@@ -313,11 +313,14 @@ const keysPerClaim = 16
 //
 // A claim takes only as many heads as it needs to fill the batch, so that
 // other workers find keys of their own (take): it goes down the heads in
-// prio order, counting each one and its key's pending messages after it,
-// at most the batch size divided by keysPerClaim of them, and stops when
-// the count reaches the batch size. With long runs a claim holds about
-// keysPerClaim keys; with short ones, as many as fill the batch; below
-// keysPerClaim messages per batch, one head per place, as many as fit.
+// prio order, reading each one's run (its key's pending messages after it,
+// at most the batch size divided by keysPerClaim of them), in a nested loop
+// that a LIMIT stops once it has read the batch size of rows. With long
+// runs a claim holds about keysPerClaim keys; with short ones, as many as
+// fill the batch; below keysPerClaim messages per batch, one head per
+// place, as many as fit. The runs take read whole (those of every head it
+// reached but the last) serve again as the claimed heads' runs when their
+// share is within what take read, rather than being read a second time.
 //
 // The heads are locked first (FOR UPDATE SKIP LOCKED, as the plain claim
 // does), from twice as many as take counted, so that heads another claim
@@ -380,17 +383,19 @@ WITH RECURSIVE walk (key, n) AS (
 			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
 		ORDER BY turn
 		LIMIT {limit}) AS d
-), take (n, total, ctids) AS (
-	SELECT 0, 0::bigint, d.ctids FROM due_head AS d
-	UNION ALL
-	SELECT t.n + 1, t.total + 1 + (
-		SELECT count(*) FROM (
-			SELECT FROM {t} AS e
+), take AS MATERIALIZED (
+	SELECT d.n, f.ctid, f.seq, f.r, f.ok FROM unnest((SELECT ctids FROM due_head)) WITH ORDINALITY AS d(ctid, n)
+	CROSS JOIN LATERAL (SELECT o.key, o.seq FROM {t} AS o WHERE o.ctid = d.ctid) AS h
+	CROSS JOIN LATERAL (
+		SELECT NULL::tid AS ctid, NULL::bigint AS seq, 1::bigint AS r, true AS ok
+		UNION ALL
+		(SELECT e.ctid, e.seq, 1 + row_number() OVER w,
+			bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w
+		FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
 			WHERE e.status = 'pending' AND e.key <> '' AND e.key = h.key AND e.seq > h.seq
-			ORDER BY e.seq LIMIT {limit} / {keys_per_claim}) AS f), t.ctids
-	FROM take AS t
-	CROSS JOIN LATERAL (SELECT o.key, o.seq FROM {t} AS o WHERE o.ctid = t.ctids[t.n + 1]) AS h
-	WHERE t.total < {limit} AND t.n < cardinality(t.ctids)
+			ORDER BY e.seq LIMIT {limit} / {keys_per_claim}) AS e
+		WINDOW w AS (ORDER BY e.seq))) AS f
+	LIMIT {limit}
 ), head AS MATERIALIZED (
 	SELECT o.ctid, o.id, o.key, o.seq, h.prio FROM {t} AS o
 	JOIN unnest((SELECT d.ctids[1:2 * (SELECT max(n) FROM take)] FROM due_head AS d))
@@ -405,6 +410,11 @@ WITH RECURSIVE walk (key, n) AS (
 ), share AS (
 	SELECT places, CASE WHEN keys = 0 THEN 0 ELSE (places + keys - 1) / keys END AS each FROM room
 ), run1 AS (
+	SELECT h.key, h.prio, t.ctid, t.seq, t.r FROM head AS h CROSS JOIN share AS s
+	JOIN take AS t ON t.n = h.prio AND t.ctid IS NOT NULL
+	WHERE h.key <> '' AND s.each > 0 AND s.each <= {limit} / {keys_per_claim}
+		AND h.prio < (SELECT max(n) FROM take) AND t.r <= s.each + 1 AND t.ok
+	UNION ALL
 	SELECT h.key, h.prio, f.ctid, f.seq, f.r FROM head AS h CROSS JOIN share AS s
 	CROSS JOIN LATERAL (
 		SELECT x.ctid, x.seq, x.r FROM (
@@ -416,6 +426,7 @@ WITH RECURSIVE walk (key, n) AS (
 			WINDOW w AS (ORDER BY e.seq)) AS x
 		WHERE x.ok) AS f
 	WHERE h.key <> '' AND s.each > 0
+		AND NOT (s.each <= {limit} / {keys_per_claim} AND h.prio < (SELECT max(n) FROM take))
 ), full1 AS (
 	SELECT r.key, max(r.prio) AS prio, max(r.seq) AS seq, count(*) AS taken FROM run1 AS r
 	GROUP BY r.key HAVING count(*) = (SELECT each FROM share)
