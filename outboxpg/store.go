@@ -229,20 +229,25 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt, limit
 	if err != nil {
 		return res, err
 	}
-	res.addresses = make(map[uuid.UUID]pgtype.TID, limit)
+	if s.opts.TransactionLeases {
+		res.stored = make(map[uuid.UUID]storedRow, limit)
+	} else {
+		// Where each row is, for the delete by address; a held claim's
+		// rows are deleted already.
+		res.addresses = make(map[uuid.UUID]pgtype.TID, limit)
+	}
 	var seqs map[uuid.UUID]int64 // key order only
 	if s.opts.OrderByKey {
 		seqs = make(map[uuid.UUID]int64, limit)
-	}
-	if s.opts.TransactionLeases {
-		res.stored = make(map[uuid.UUID]storedRow, limit)
 	}
 	var tid pgtype.TID
 	var seq int64
 	sc := newMessageScanner(&tid, &res.filenode, &seq)
 	msgs, undecodable, err := sqlrow.Collect(rows, limit, func(rows pgx.Rows) (outbox.Message, error, error) {
 		m, headers, headerErr, err := sc.scan(rows)
-		res.addresses[m.ID] = tid
+		if res.addresses != nil {
+			res.addresses[m.ID] = tid
+		}
 		if seqs != nil {
 			seqs[m.ID] = seq
 		}
