@@ -111,6 +111,7 @@ type scenario struct {
 	ambiguous  []uuid.UUID          // commit returned an error: may or may not be
 	rolledBack []uuid.UUID          // rolled back on purpose: must never be delivered
 	keyOf      map[uuid.UUID]string // the key of each committed or ambiguous message
+	relays     []*clitest.Relay     // every relay process started, for a failed drain's report
 }
 
 func newScenario(t *testing.T, name string) *scenario {
@@ -171,7 +172,11 @@ func (s *scenario) startRelayTo(url, publisher string, extra ...string) *clitest
 	if publisher == "stdout:" {
 		out = s.out
 	}
-	return clitest.StartRelayTo(s.t, publisher, out, args...)
+	r := clitest.StartRelayTo(s.t, publisher, out, args...)
+	s.mu.Lock()
+	s.relays = append(s.relays, r)
+	s.mu.Unlock()
+	return r
 }
 
 // failedAttempts counts pending messages that failed to publish at least
@@ -276,10 +281,63 @@ func (s *scenario) drain(timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: after %v still not drained: %+v (err %v)", s.name, timeout, st, err)
+			s.t.Fatalf("%s: after %v still not drained: %+v (err %v)\n%s", s.name, timeout, st, err, s.whyStuck())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// whyStuck describes what a drain that did not end leaves: which relay
+// processes still run, what holds back the pending messages (not due yet,
+// leased, behind a head), a few stuck keys' rows, and the database
+// sessions, with their open transactions and what they wait for.
+func (s *scenario) whyStuck() string {
+	var b strings.Builder
+	s.mu.Lock()
+	running := 0
+	for _, r := range s.relays {
+		if !r.Exited() {
+			running++
+		}
+	}
+	fmt.Fprintf(&b, "relay processes: %d started, %d running\n", len(s.relays), running)
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	table := pgx.Identifier{s.schema, outboxpg.TableDefault}.Sanitize()
+	queries := []struct{ title, sql string }{
+		{"pending rows", `SELECT count(*) AS pending, count(*) FILTER (WHERE available_at > now()) AS later,
+			count(*) FILTER (WHERE locked_until > now()) AS leased, count(*) FILTER (WHERE attempts > 0) AS failed_before,
+			count(DISTINCT key) AS keys FROM ` + table + ` WHERE status = 'pending'`},
+		{"the first rows of the three keys with the oldest pending messages", `SELECT key, seq, id, status, available_at - now() AS due_in,
+			locked_until - now() AS leased_for, attempts, last_error FROM ` + table + ` WHERE key IN (
+				SELECT key FROM ` + table + ` WHERE status = 'pending' GROUP BY key ORDER BY min(seq) LIMIT 3)
+			ORDER BY key, seq LIMIT 15`},
+		{"database sessions", `SELECT pid, application_name, state, now() - xact_start AS in_transaction, wait_event_type, wait_event,
+			left(regexp_replace(query, '\s+', ' ', 'g'), 80) AS query
+			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`},
+	}
+	for _, q := range queries {
+		fmt.Fprintf(&b, "%s:\n", q.title)
+		rows, err := s.pool.Query(ctx, q.sql)
+		if err != nil {
+			fmt.Fprintf(&b, "  (%v)\n", err)
+			continue
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				fmt.Fprintf(&b, "  (%v)\n", err)
+				break
+			}
+			fmt.Fprintf(&b, "  %v\n", vals)
+		}
+		if err := rows.Err(); err != nil {
+			fmt.Fprintf(&b, "  (%v)\n", err)
+		}
+		rows.Close()
+	}
+	return b.String()
 }
 
 // check verifies the invariants and records the scenario in the report:
