@@ -288,7 +288,8 @@ func (s *scenario) drain(timeout time.Duration) {
 }
 
 // whyStuck describes what a drain that did not end leaves: which relay
-// processes still run, what holds back the pending messages (not due yet,
+// processes still run (and what each was doing: it dumps their goroutines,
+// which ends them), what holds back the pending messages (not due yet,
 // leased, behind a head), a few stuck keys' rows, and the database
 // sessions, with their open transactions and what they wait for.
 func (s *scenario) whyStuck() string {
@@ -300,8 +301,17 @@ func (s *scenario) whyStuck() string {
 			running++
 		}
 	}
-	fmt.Fprintf(&b, "relay processes: %d started, %d running\n", len(s.relays), running)
+	fmt.Fprintf(&b, "relay processes: %d started, %d running (their goroutines follow, in their standard error)\n", len(s.relays), running)
+	relays := slices.Clone(s.relays)
 	s.mu.Unlock()
+	// The database's view first, while the relays' sessions are open.
+	defer func() {
+		for _, r := range relays {
+			if !r.Exited() {
+				r.DumpGoroutines()
+			}
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	table := pgx.Identifier{s.schema, outboxpg.TableDefault}.Sanitize()
@@ -309,11 +319,11 @@ func (s *scenario) whyStuck() string {
 		{"pending rows", `SELECT count(*) AS pending, count(*) FILTER (WHERE available_at > now()) AS later,
 			count(*) FILTER (WHERE locked_until > now()) AS leased, count(*) FILTER (WHERE attempts > 0) AS failed_before,
 			count(DISTINCT key) AS keys FROM ` + table + ` WHERE status = 'pending'`},
-		{"the first rows of the three keys with the oldest pending messages", `SELECT key, seq, id, status, available_at - now() AS due_in,
-			locked_until - now() AS leased_for, attempts, last_error FROM ` + table + ` WHERE key IN (
+		{"the first rows of the three keys with the oldest pending messages", `SELECT key, seq, id::text, status, (available_at - now())::text AS due_in,
+			(locked_until - now())::text AS leased_for, attempts, last_error FROM ` + table + ` WHERE key IN (
 				SELECT key FROM ` + table + ` WHERE status = 'pending' GROUP BY key ORDER BY min(seq) LIMIT 3)
 			ORDER BY key, seq LIMIT 15`},
-		{"database sessions", `SELECT pid, application_name, state, now() - xact_start AS in_transaction, wait_event_type, wait_event,
+		{"database sessions", `SELECT pid, application_name, state, (now() - xact_start)::text AS in_transaction, wait_event_type, wait_event,
 			left(regexp_replace(query, '\s+', ' ', 'g'), 80) AS query
 			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`},
 	}

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -110,6 +111,18 @@ func StartRelayTo(t testing.TB, publisher string, out io.Writer, args ...string)
 func (r *Relay) Kill() {
 	_ = r.Cmd.Process.Kill()
 	<-r.done
+}
+
+// DumpGoroutines makes the process print every goroutine's stack to its
+// standard error and exit (SIGQUIT), and waits up to 10s for that: what a
+// relay that stopped making progress was doing. The stack shows in the
+// test's log, since the test has failed.
+func (r *Relay) DumpGoroutines() {
+	_ = r.Cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+	}
 }
 
 // Stop sends SIGINT (graceful shutdown) and waits for the process to end,
