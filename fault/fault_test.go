@@ -453,6 +453,11 @@ func (s *scenario) killRelaysWhileWriting(messages, kills int, relayArgs ...stri
 	if err := <-writeDone; err != nil {
 		t.Fatal(err)
 	}
+	for _, r := range relays {
+		if r.Exited() {
+			t.Fatalf("a relay process ended by itself; its standard error:\n%s", r.Stderr())
+		}
+	}
 	s.drain(2 * time.Minute)
 	for _, r := range relays {
 		r.Stop()
