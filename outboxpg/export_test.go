@@ -29,3 +29,7 @@ func HoldOn(token uuid.UUID) *pgxpool.Conn {
 	}
 	return claim.conn
 }
+
+// ClaimSQL returns the claim statement of s, for tests that look at its
+// plan.
+func ClaimSQL(s *Store) string { return s.stmts.claim }

@@ -340,6 +340,15 @@ const keysPerClaim = 16
 // in its new version, which the lease's TID scan does not see, and its
 // followers must not go out without it.
 //
+// due_head looks up each candidate by its address (a TID scan) and tests
+// only the candidates for being heads. The LIMIT 1 in that lookup, which
+// can never cut anything (a ctid is one row), keeps the planner from
+// folding it into a join it may turn around: on a table without statistics
+// (new, or autovacuum held up), the generic plan tested every pending row
+// for being a head and rescanned the candidates for each one, about a
+// second per claim with 11,000 messages pending, slower than the relays'
+// leases let a batch wait (TestKeyOrderClaimCostIsBoundedWithoutStatistics).
+//
 // gap and missed_head use NOT IN, which PostgreSQL (14 and later, which hash
 // tids) runs as a hash lookup whatever its row estimates: the generic plan's
 // are far too low, and made the NOT EXISTS that gap used a nested loop (60
@@ -377,10 +386,11 @@ WITH RECURSIVE walk (key, n) AS (
 	FROM (SELECT o.ctid, CASE WHEN c.prio % 3 = 2
 			THEN 3 * row_number() OVER (PARTITION BY c.prio % 3 = 2 ORDER BY o.available_at, c.prio) + 2
 			ELSE c.prio END AS turn
-		FROM {t} AS o
-		JOIN (SELECT ctid, min(prio) AS prio FROM candidate WHERE ctid IS NOT NULL GROUP BY ctid) AS c ON o.ctid = c.ctid
-		WHERE o.status = 'pending' AND o.available_at <= now()
-			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
+		FROM (SELECT ctid, min(prio) AS prio FROM candidate WHERE ctid IS NOT NULL GROUP BY ctid) AS c
+		CROSS JOIN LATERAL (SELECT o.ctid, o.available_at FROM {t} AS o
+			WHERE o.ctid = c.ctid AND o.status = 'pending' AND o.available_at <= now()
+				AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
+			LIMIT 1) AS o
 		ORDER BY turn
 		LIMIT {limit}) AS d
 ), take AS MATERIALIZED (
