@@ -323,8 +323,13 @@ const keysPerClaim = 16
 // share is within what take read, rather than being read a second time.
 //
 // The heads are locked first (FOR UPDATE SKIP LOCKED, as the plain claim
-// does), from twice as many as take counted, so that heads another claim
-// holds are replaced by the next ones. Only the claim that holds a head
+// does), one at a time down the heads in turn order, until the claim holds
+// as many as take counted: heads other claims hold are passed over for the
+// next ones, however many there are. (Held in a transaction, a head stays
+// among the due heads while it is published; with a few workers each
+// holding a dozen, the first heads were all taken, and the claim came back
+// empty.) The lookup runs in a nested loop over the heads, which keeps their
+// order; the order only decides which keys go first. Only the claim that holds a head
 // looks at its key's next messages, and a head stays pending until the
 // transaction that publishes it commits, so no two claims hold messages of
 // one key. Each key with a claimed head gets a fair share of the rest of
@@ -407,14 +412,14 @@ WITH RECURSIVE walk (key, n) AS (
 		WINDOW w AS (ORDER BY e.seq))) AS f
 	LIMIT {limit}
 ), head AS MATERIALIZED (
-	SELECT o.ctid, o.id, o.key, o.seq, h.prio FROM {t} AS o
-	JOIN unnest((SELECT d.ctids[1:2 * (SELECT max(n) FROM take)] FROM due_head AS d))
-		WITH ORDINALITY AS h(ctid, prio) ON o.ctid = h.ctid
-	WHERE o.status = 'pending' AND o.available_at <= now()
-		AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
-	ORDER BY h.prio
+	SELECT o.ctid, o.id, o.key, o.seq, h.prio
+	FROM unnest((SELECT ctids FROM due_head)) WITH ORDINALITY AS h(ctid, prio)
+	CROSS JOIN LATERAL (SELECT o.ctid, o.id, o.key, o.seq FROM {t} AS o
+		WHERE o.ctid = h.ctid AND o.status = 'pending' AND o.available_at <= now()
+			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
+		LIMIT 1
+		FOR UPDATE SKIP LOCKED) AS o
 	LIMIT (SELECT max(n) FROM take)
-	FOR UPDATE OF o SKIP LOCKED
 ), room AS (
 	SELECT {limit} - count(*) AS places, count(*) FILTER (WHERE key <> '') AS keys FROM head
 ), share AS (

@@ -689,6 +689,55 @@ func TestKeyOrderClaimsLeaveKeysForAnotherWorker(t *testing.T) {
 	}
 }
 
+// TestHeldClaimPassesOverHeadsAnotherClaimHolds: with transaction leases,
+// the heads a claim holds stay among the due heads while it publishes (they
+// are pending to every other transaction, and locked). A second claim must
+// go past them to the next keys, however many of the first heads are held,
+// and come back with a full batch.
+func TestHeldClaimPassesOverHeadsAnotherClaimHolds(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{OrderByKey: true, TransactionLeases: true})
+	t.Cleanup(func() { outboxpg.RollBackHeld(store) })
+	ctx := t.Context()
+
+	// Runs of 4: a claim of 50 reads a head and 3 followers per key, so it
+	// takes 13 keys; the first claim, of 100, takes the first 25.
+	const keys, perKey = 200, 4
+	w := newWriter(t, store)
+	msgs := make([]*outbox.Message, 0, keys*perKey)
+	for i := range keys * perKey {
+		msgs = append(msgs, &outbox.Message{Topic: "accounts", Key: fmt.Sprintf("account-%03d", i%keys)})
+	}
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	claim := func(limit int) map[string]int {
+		t.Helper()
+		got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: limit, Lease: time.Minute, Token: uuid.New()})
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		runs := map[string]int{}
+		for _, m := range got {
+			runs[m.Key]++
+		}
+		return runs
+	}
+	first := claim(100)
+	second := claim(50)
+	taken := 0
+	for k, n := range second {
+		if first[k] > 0 {
+			t.Fatalf("key %s was claimed by both claims (%d and %d messages)", k, first[k], n)
+		}
+		taken += n
+	}
+	if taken != 50 {
+		t.Fatalf("with the first claim holding %d keys, a second claim of 50 took %d messages from %d keys; want a full batch from the keys after them", len(first), taken, len(second))
+	}
+}
+
 // The idle probe in key order looks for a due head among the first
 // KeyWindow due messages only (reading every message held back behind a
 // hot key's head cost a second per probe with 50,000 of them). Below that
