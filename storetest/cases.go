@@ -570,11 +570,23 @@ func testPurgePublished(t *testing.T, s *suite) {
 	}
 	fresh := newMessages("orders.fresh", 2)
 	publish(fresh)
+	firstFresh := s.get(t, fresh[0].ID).PublishedAt
+	if p := s.get(t, fresh[1].ID).PublishedAt; p.Before(firstFresh) {
+		firstFresh = p
+	}
 	pending := newMessage("orders.pending")
 	s.write(t, pending)
 
+	// Each purge's age puts the cut-off halfway between the last old and
+	// the first fresh publication, from the store's clock read just
+	// before it: only a purge that starts more than that half (a second or
+	// more) after the clock was read could take a fresh message. A fixed
+	// age counted from the fresh messages' publication did, on a loaded
+	// machine that took over a second for the purges.
+	margin := firstFresh.Sub(lastPublished) / 2
 	var counts []int
 	for range 5 {
+		age := s.now(t).Sub(firstFresh) + margin
 		n, err := s.h.Store.PurgePublished(t.Context(), age, 2)
 		if err != nil {
 			t.Fatalf("purge messages published more than %v ago: %v", age, err)
