@@ -329,10 +329,10 @@ const keysPerClaim = 16
 // among the due heads while it is published; with a few workers each
 // holding a dozen, the first heads were all taken, and the claim came back
 // empty.) The lookup runs in a nested loop over the heads, which keeps their
-// order; the order only decides which keys go first. Only the claim that holds a head
-// looks at its key's next messages, and a head stays pending until the
-// transaction that publishes it commits, so no two claims hold messages of
-// one key. Each key with a claimed head gets a fair share of the rest of
+// order; the order only decides which keys go first. Only the claim that
+// holds a head looks at its key's next messages, and a head stays pending
+// until the transaction that publishes it commits, so no two claims hold
+// messages of one key. Each key with a claimed head gets a fair share of the rest of
 // the batch (the rest divided by the keys), and the share that keys with
 // short runs leave goes, in a second pass, to the keys whose runs filled
 // their share. Rows are ranked by their place in their run first (r), so a
