@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxpg"
 )
@@ -32,14 +29,7 @@ func TestKeyOrderClaimCostIsBoundedWithoutStatistics(t *testing.T) {
 				t.Fatal(err)
 			}
 			const keys, perKey = 200, 50
-			w := newWriter(t, store)
-			msgs := make([]*outbox.Message, 0, keys*perKey)
-			for i := range keys * perKey {
-				msgs = append(msgs, &outbox.Message{Topic: "accounts", Key: fmt.Sprintf("account-%03d", i%keys)})
-			}
-			if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
-				t.Fatalf("write: %v", err)
-			}
+			writeRoundRobin(t, store, keys, perKey)
 
 			tx, err := pool.Begin(ctx)
 			if err != nil {

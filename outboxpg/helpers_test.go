@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"github.com/google/uuid"
 	"net"
 	"strings"
@@ -123,6 +124,23 @@ func countHeld(pool *pgxpool.Pool, name string, held bool) func(ctx context.Cont
 		})
 		return n, err
 	}
+}
+
+// writeRoundRobin writes keys*perKey messages to store in one transaction,
+// taking the keys in turn (account-000, account-001, ...), and returns them
+// in write order.
+func writeRoundRobin(t *testing.T, store *outboxpg.Store, keys, perKey int) []*outbox.Message {
+	t.Helper()
+	w := newWriter(t, store)
+	msgs := make([]*outbox.Message, 0, keys*perKey)
+	for i := range keys * perKey {
+		msgs = append(msgs, &outbox.Message{Topic: "accounts", Key: fmt.Sprintf("account-%03d", i%keys)})
+	}
+	ctx := t.Context()
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	return msgs
 }
 
 // keyOrdered returns a store on store's table that claims in key order.

@@ -642,14 +642,7 @@ func TestKeyOrderClaimsLeaveKeysForAnotherWorker(t *testing.T) {
 	ctx := t.Context()
 
 	const keys, perKey, batch = 64, 40, 320
-	w := newWriter(t, store)
-	msgs := make([]*outbox.Message, 0, keys*perKey)
-	for i := range keys * perKey {
-		msgs = append(msgs, &outbox.Message{Topic: "accounts", Key: fmt.Sprintf("account-%02d", i%keys)})
-	}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
-		t.Fatalf("write: %v", err)
-	}
+	msgs := writeRoundRobin(t, store, keys, perKey)
 	// Each key's messages in write order, and how many of them the
 	// claims so far took: a claim must take the next ones of each key, in
 	// order, from its head on.
@@ -704,14 +697,7 @@ func TestHeldClaimPassesOverHeadsAnotherClaimHolds(t *testing.T) {
 	// Runs of 4: a claim of 50 reads a head and 3 followers per key, so it
 	// takes 13 keys; the first claim, of 100, takes the first 25.
 	const keys, perKey = 200, 4
-	w := newWriter(t, store)
-	msgs := make([]*outbox.Message, 0, keys*perKey)
-	for i := range keys * perKey {
-		msgs = append(msgs, &outbox.Message{Topic: "accounts", Key: fmt.Sprintf("account-%03d", i%keys)})
-	}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
-		t.Fatalf("write: %v", err)
-	}
+	writeRoundRobin(t, store, keys, perKey)
 	claim := func(limit int) map[string]int {
 		t.Helper()
 		got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: limit, Lease: time.Minute, Token: uuid.New()})
