@@ -403,8 +403,8 @@ func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) e
 // probe looks for one among the first outboxdriver.KeyWindow due messages
 // only: if all of them wait behind heads in flight, it answers "due now"
 // without reading further, and the claim that follows finds out (at most
-// one empty claim per poll). The wait is rounded up to whole microseconds, so a relay
-// that sleeps for it never wakes too early.
+// one empty claim per poll). The wait is rounded up to whole microseconds,
+// so a relay that sleeps for it never wakes too early.
 func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	var wait pgtype.Int8
 	if err := s.pool.QueryRow(ctx, s.stmts.nextDue).Scan(&wait); err != nil {
