@@ -194,7 +194,9 @@ type secretSet struct {
 }
 
 // add remembers each non-empty value, also in its URL-escaped forms (an
-// error may quote the URL as given).
+// error may quote the URL as given). The longest come first: a shorter secret
+// that happens to be part of a longer one must not cut it up before it is
+// found whole.
 func (s *secretSet) add(values ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -208,45 +210,49 @@ func (s *secretSet) add(values ...string) {
 			}
 		}
 	}
+	slices.SortStableFunc(s.list, func(a, b string) int { return len(b) - len(a) })
 }
 
+// redact removes from text every secret remembered, and any password that a
+// user:password@ in text shows.
 func (s *secretSet) redact(text string) string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, v := range s.list {
 		text = strings.ReplaceAll(text, v, "xxxxx")
 	}
-	return text
+	return urlPassword.ReplaceAllString(text, "${1}xxxxx@")
 }
 
-// rememberSecret finds the password in a database or broker URL (or a
-// key-value connection string) and remembers it.
-func rememberSecret(raw string) {
+// remember finds the password in a database or broker URL (or a key-value
+// connection string) and remembers it.
+func (s *secretSet) remember(raw string) {
 	if u, err := url.Parse(raw); err == nil {
 		if u.User != nil {
 			p, _ := u.User.Password()
-			secrets.add(p)
+			s.add(p)
 		}
-		secrets.add(u.Query().Get("password"))
+		s.add(u.Query().Get("password"))
 	}
 	// URLs that do not parse still have a recognisable user:password@. The
 	// user part may hold anything but ':' and '@', a '/' included: a URL
 	// typed wrong is rather redacted too much than shown with its password.
 	for _, m := range urlPassword.FindAllStringSubmatch(raw, -1) {
-		secrets.add(m[2])
+		s.add(m[2])
 	}
 	for _, m := range kvPassword.FindAllStringSubmatch(raw, -1) {
-		secrets.add(m[1])
+		s.add(m[1])
 	}
 }
+
+// rememberSecret remembers the password of raw for every later redact.
+func rememberSecret(raw string) { secrets.remember(raw) }
 
 var (
 	kvPassword  = regexp.MustCompile(`password=([^\s&]+)`)
 	urlPassword = regexp.MustCompile(`(://[^:@\s]*:)([^@\s]+)@`)
 )
 
-// redact removes passwords from s: every one remembered, and any that a
+// redact removes from s every password remembered, and any that a
 // user:password@ in s shows.
-func redact(s string) string {
-	return urlPassword.ReplaceAllString(secrets.redact(s), "${1}xxxxx@")
-}
+func redact(s string) string { return secrets.redact(s) }

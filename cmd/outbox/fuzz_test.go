@@ -23,20 +23,24 @@ func FuzzRedact(f *testing.F) {
 	f.Add("app", "s3cret", "db.internal:5432")
 	f.Add("u", "p@ss:w/rd?x=1", "127.0.0.1")
 	f.Add("", "pw", "h")
+	f.Add("0", "/0:", "h") // CI, stop 24: the message spells "/0:" in "://0:"
 	f.Fuzz(func(t *testing.T, user, password, host string) {
 		if len(password) < 3 || strings.ContainsAny(host, "/?#@") {
 			return // short strings also occur by chance in any text
 		}
 		u := url.URL{Scheme: "postgres", User: url.UserPassword(user, password), Host: host, Path: "/db"}
-		raw := u.String()
-		// A password that the rest of the message spells by chance (say
-		// "00/" with a host ending in 00 before the path) proves nothing.
-		without := (&url.URL{Scheme: "postgres", User: url.User(user), Host: host, Path: "/db"}).String()
-		if strings.Contains("cannot connect to "+without+": refused", password) {
+		// A password that the redacted message spells by chance (say "/0:"
+		// from "://0:" with the user "0") proves nothing.
+		hidden := u
+		hidden.User = url.UserPassword(user, "xxxxx")
+		if strings.Contains("cannot connect to "+hidden.String()+": refused", password) {
 			return
 		}
-		rememberSecret(raw)
-		out := redact("cannot connect to " + raw + ": refused")
+		// A set of this URL's secrets only: the passwords of earlier inputs
+		// would redact parts of this one's message and hide what it tests.
+		var seen secretSet
+		seen.remember(u.String())
+		out := seen.redact("cannot connect to " + u.String() + ": refused")
 		if strings.Contains(out, password) || strings.Contains(out, url.QueryEscape(password)) {
 			t.Fatalf("redact kept the password %q: %q", password, out)
 		}
