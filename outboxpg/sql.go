@@ -61,18 +61,18 @@ func newStatements(n names, orderByKey bool, lease leaseMode) statements {
 	// relays cannot both pass a key's head: the head stays pending, hence
 	// blocks the next message, until the transaction that publishes or
 	// kills it commits.
-	headOfKey := ""
+	isHead, headOfKey := "", ""
 	if orderByKey {
 		// The probe reads the key index backwards from the message: a
 		// message held behind its head meets its pending predecessor
 		// first. Read forwards, it would step over every entry the key's
 		// published messages left in the index until vacuum removes them:
 		// with a hot key, tens of thousands per check.
-		headOfKey = `
-		AND (o.key = '' OR (
+		isHead = `(o.key = '' OR (
 			SELECT e.seq FROM ` + n.qTable + ` AS e
 			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.seq < o.seq
 			ORDER BY e.seq DESC LIMIT 1) IS NULL)`
+		headOfKey = "\n\t\tAND " + isHead
 	}
 	// A claim's rows are leased by writing the lease into them ($1 lease in
 	// microseconds, $2 token, $3 limit), or deleted by a transaction that
@@ -81,7 +81,7 @@ func newStatements(n names, orderByKey bool, lease leaseMode) statements {
 	if lease == leaseTransaction {
 		leaseRows, limit = "DELETE FROM "+n.qTable+" AS t WHERE", "$1"
 	}
-	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey, "{lease}", leaseRows, "{limit}", limit,
+	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey, "{is_head}", isHead, "{lease}", leaseRows, "{limit}", limit,
 		"{walk_limit}", strconv.Itoa(outboxdriver.KeyWalkLimit), "{window}", strconv.Itoa(outboxdriver.KeyWindow),
 		"{message_columns}", messageColumns, "{claimed_columns}", strings.ReplaceAll(claimedColumns, "{t}", n.qTable), "{keys_per_claim}", strconv.Itoa(keysPerClaim))
 	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
@@ -299,8 +299,9 @@ const keysPerClaim = 16
 // Heads come from three places, since scanning the pending index in due
 // order would read past every message held back behind its key's head (with
 // few keys and a deep backlog, nearly the whole table per claim): a walk of
-// the key index from key to key (a loose index scan: two probes per key,
-// at most outboxdriver.KeyWalkLimit keys, in key order), the oldest due
+// the key index from key to key (a loose index scan: one probe per key, for
+// the first entry after the last key, which is the next key's head; at most
+// outboxdriver.KeyWalkLimit keys, in key order), the oldest due
 // rows and the newest due rows (outboxdriver.KeyWindow of each: messages
 // without a key, and heads of keys beyond the walk, whether they were
 // written long ago or just now). The three lists take turns for the batch's
@@ -313,29 +314,31 @@ const keysPerClaim = 16
 //
 // A claim takes only as many heads as it needs to fill the batch, so that
 // other workers find keys of their own (take): it goes down the heads in
-// prio order, reading each one's run (its key's pending messages after it,
-// at most the batch size divided by keysPerClaim of them), in a nested loop
-// that a LIMIT stops once it has read the batch size of rows. With long
-// runs a claim holds about keysPerClaim keys; with short ones, as many as
-// fill the batch; below keysPerClaim messages per batch, one head per
-// place, as many as fit. The runs take read whole (those of every head it
-// reached but the last) serve again as the claimed heads' runs when their
-// share is within what take read, rather than being read a second time.
+// turn order, one at a time, locking each (FOR UPDATE SKIP LOCKED, as the
+// plain claim does) and reading the run of each one it locked (its key's
+// pending messages after it, at most the batch size divided by
+// keysPerClaim of them), in a nested loop that a LIMIT stops once it holds
+// the batch size of rows. With long runs a claim holds about keysPerClaim
+// keys; with short ones, as many as fill the batch; below keysPerClaim
+// messages per batch, one head per place, as many as fit. The runs take
+// read whole (those of every head but the last) serve again as the claimed
+// heads' runs when their share is within what take read, rather than being
+// read a second time.
 //
-// The heads are locked first (FOR UPDATE SKIP LOCKED, as the plain claim
-// does), one at a time down the heads in turn order, until the claim holds
-// as many as take counted: heads other claims hold are passed over for the
-// next ones, however many there are. (Held in a transaction, a head stays
-// among the due heads while it is published; with a few workers each
-// holding a dozen, the first heads were all taken, and the claim came back
-// empty.) The lookup runs in a nested loop over the heads, which keeps their
+// Heads other claims hold are passed over for the next ones, however many
+// there are, and their runs are not read. (Held in a transaction, a head
+// stays among the due heads while it is published: with a few workers each
+// holding a dozen, a claim that counted runs before locking read the runs
+// of the other workers' heads, found them locked, and read its own runs
+// again; before that, it came back empty.) The nested loop keeps the turn
 // order; the order only decides which keys go first. Only the claim that
 // holds a head looks at its key's next messages, and a head stays pending
 // until the transaction that publishes it commits, so no two claims hold
-// messages of one key. Each key with a claimed head gets a fair share of the rest of
-// the batch (the rest divided by the keys), and the share that keys with
-// short runs leave goes, in a second pass, to the keys whose runs filled
-// their share. Rows are ranked by their place in their run first (r), so a
+// messages of one key.
+//
+// Each key with a claimed head gets a fair share of the rest of the batch
+// (the rest divided by the keys), and the share that keys with short runs
+// leave goes, in a second pass, to the keys whose runs filled their share. Rows are ranked by their place in their run first (r), so a
 // cut at the batch size leaves each run a prefix. A message of a run that
 // cannot be locked or no longer qualifies ends the run there (gap): what
 // follows it in the key waits for the next claim. Every message of a run
@@ -345,14 +348,18 @@ const keysPerClaim = 16
 // in its new version, which the lease's TID scan does not see, and its
 // followers must not go out without it.
 //
-// due_head looks up each candidate by its address (a TID scan) and tests
-// only the candidates for being heads. The LIMIT 1 in that lookup, which
-// can never cut anything (a ctid is one row), keeps the planner from
-// folding it into a join it may turn around: on a table without statistics
-// (new, or autovacuum held up), the generic plan tested every pending row
-// for being a head and rescanned the candidates for each one, about a
-// second per claim with 11,000 messages pending, slower than the relays'
-// leases let a batch wait (TestKeyOrderClaimCostIsBoundedWithoutStatistics).
+// due_head looks up each candidate by its address (a TID scan) to see that
+// it is due and not leased, and tests the windows' candidates for being
+// heads: the walk's are heads by the way it found them (the first pending
+// message of their key in the statement's snapshot, which the test reads
+// too), so testing them again cost a probe per key for nothing. The LIMIT
+// 1 in that lookup, which can never cut anything (a ctid is one row), keeps
+// the planner from folding it into a join it may turn around: on a table
+// without statistics (new, or autovacuum held up), the generic plan tested
+// every pending row for being a head and rescanned the candidates for each
+// one, about a second per claim with 11,000 messages pending, slower than
+// the relays' leases let a batch wait
+// (TestKeyOrderClaimCostIsBoundedWithoutStatistics).
 //
 // gap and missed_head use NOT IN, which PostgreSQL (14 and later, which hash
 // tids) runs as a hash lookup whatever its row estimates: the generic plan's
@@ -364,28 +371,30 @@ const keysPerClaim = 16
 // twice, for a window and for the order, was about a tenth of the claim's
 // server time).
 const keyOrderClaim = `
-WITH RECURSIVE walk (key, n) AS (
-	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
+WITH RECURSIVE walk (key, ctid, n) AS (
+	(SELECT e.key, e.ctid, 1 FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' ORDER BY e.key, e.seq LIMIT 1)
 	UNION ALL
-	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
-	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < {walk_limit}
+	SELECT e.key, e.ctid, w.n + 1 FROM walk AS w
+	CROSS JOIN LATERAL (SELECT e.key, e.ctid FROM {t} AS e
+		WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key
+		ORDER BY e.key, e.seq LIMIT 1) AS e
+	WHERE w.n < {walk_limit}
 ), candidate (ctid, prio) AS (
-	SELECT (SELECT e.ctid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.seq LIMIT 1), 3 * w.n + 2
-	FROM walk AS w WHERE w.key IS NOT NULL
+	SELECT ctid, 3 * n + 2 FROM walk
 	UNION ALL
 	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at, id) FROM (
 		SELECT ctid, key, available_at, id FROM {t}
 		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
 		ORDER BY available_at, id
 		LIMIT least({limit}, {window})) AS oldest
-	WHERE oldest.key = '' OR oldest.key NOT IN (SELECT key FROM walk WHERE key IS NOT NULL)
+	WHERE oldest.key = '' OR oldest.key NOT IN (SELECT key FROM walk)
 	UNION ALL
 	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at DESC, id DESC) + 1 FROM (
 		SELECT ctid, key, available_at, id FROM {t}
 		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
 		ORDER BY available_at DESC, id DESC
 		LIMIT least({limit}, {window})) AS newest
-	WHERE newest.key = '' OR newest.key NOT IN (SELECT key FROM walk WHERE key IS NOT NULL)
+	WHERE newest.key = '' OR newest.key NOT IN (SELECT key FROM walk)
 ), due_head AS MATERIALIZED (
 	SELECT array_agg(d.ctid ORDER BY d.turn) AS ctids
 	FROM (SELECT o.ctid, CASE WHEN c.prio % 3 = 2
@@ -394,13 +403,19 @@ WITH RECURSIVE walk (key, n) AS (
 		FROM (SELECT ctid, min(prio) AS prio FROM candidate WHERE ctid IS NOT NULL GROUP BY ctid) AS c
 		CROSS JOIN LATERAL (SELECT o.ctid, o.available_at FROM {t} AS o
 			WHERE o.ctid = c.ctid AND o.status = 'pending' AND o.available_at <= now()
-				AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
+				AND (o.locked_until IS NULL OR o.locked_until <= now())
+				AND (c.prio % 3 = 2 OR {is_head})
 			LIMIT 1) AS o
 		ORDER BY turn
 		LIMIT {limit}) AS d
 ), take AS MATERIALIZED (
-	SELECT d.n, f.ctid, f.seq, f.r, f.ok FROM unnest((SELECT ctids FROM due_head)) WITH ORDINALITY AS d(ctid, n)
-	CROSS JOIN LATERAL (SELECT o.key, o.seq FROM {t} AS o WHERE o.ctid = d.ctid) AS h
+	SELECT d.n, h.ctid AS head, h.id, h.key, h.seq AS head_seq, f.ctid, f.seq, f.r, f.ok
+	FROM unnest((SELECT ctids FROM due_head)) WITH ORDINALITY AS d(ctid, n)
+	CROSS JOIN LATERAL (SELECT o.ctid, o.id, o.key, o.seq FROM {t} AS o
+		WHERE o.ctid = d.ctid AND o.status = 'pending' AND o.available_at <= now()
+			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
+		LIMIT 1
+		FOR UPDATE SKIP LOCKED) AS h
 	CROSS JOIN LATERAL (
 		SELECT NULL::tid AS ctid, NULL::bigint AS seq, 1::bigint AS r, true AS ok
 		UNION ALL
@@ -411,15 +426,8 @@ WITH RECURSIVE walk (key, n) AS (
 			ORDER BY e.seq LIMIT {limit} / {keys_per_claim}) AS e
 		WINDOW w AS (ORDER BY e.seq))) AS f
 	LIMIT {limit}
-), head AS MATERIALIZED (
-	SELECT o.ctid, o.id, o.key, o.seq, h.prio
-	FROM unnest((SELECT ctids FROM due_head)) WITH ORDINALITY AS h(ctid, prio)
-	CROSS JOIN LATERAL (SELECT o.ctid, o.id, o.key, o.seq FROM {t} AS o
-		WHERE o.ctid = h.ctid AND o.status = 'pending' AND o.available_at <= now()
-			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
-		LIMIT 1
-		FOR UPDATE SKIP LOCKED) AS o
-	LIMIT (SELECT max(n) FROM take)
+), head AS (
+	SELECT head AS ctid, id, key, head_seq AS seq, n AS prio FROM take WHERE r = 1
 ), room AS (
 	SELECT {limit} - count(*) AS places, count(*) FILTER (WHERE key <> '') AS keys FROM head
 ), share AS (
