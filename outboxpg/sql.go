@@ -320,10 +320,11 @@ const keysPerClaim = 16
 // keysPerClaim of them), in a nested loop that a LIMIT stops once it holds
 // the batch size of rows. With long runs a claim holds about keysPerClaim
 // keys; with short ones, as many as fill the batch; below keysPerClaim
-// messages per batch, one head per place, as many as fit. The runs take
-// read whole (those of every head but the last) serve again as the claimed
-// heads' runs when their share is within what take read, rather than being
-// read a second time.
+// messages per batch, one head per place, as many as fit. What take read
+// is the claim, each run read once, unless take ran out of heads before it
+// filled the batch (few keys, or short runs): then the places left are
+// shared among the keys whose runs it read to that cap, all due and free
+// (capped), and each of their runs goes on from where take stopped (more).
 //
 // Heads other claims hold are passed over for the next ones, however many
 // there are, and their runs are not read. (Held in a transaction, a head
@@ -336,10 +337,8 @@ const keysPerClaim = 16
 // until the transaction that publishes it commits, so no two claims hold
 // messages of one key.
 //
-// Each key with a claimed head gets a fair share of the rest of the batch
-// (the rest divided by the keys), and the share that keys with short runs
-// leave goes, in a second pass, to the keys whose runs filled their share. Rows are ranked by their place in their run first (r), so a
-// cut at the batch size leaves each run a prefix. A message of a run that
+// more's rows are ranked by their place in their run first (r), so a cut
+// at the batch size leaves each run a prefix. A message of a run that
 // cannot be locked or no longer qualifies ends the run there (gap): what
 // follows it in the key waits for the next claim. Every message of a run
 // before its gap was locked, so the lease needs no join with the locked
@@ -428,51 +427,29 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 	LIMIT {limit}
 ), head AS (
 	SELECT head AS ctid, id, key, head_seq AS seq, n AS prio FROM take WHERE r = 1
+), capped AS (
+	SELECT t.n, max(t.key) AS key, COALESCE(max(t.seq), max(t.head_seq)) AS seq, count(t.ctid) AS taken
+	FROM take AS t
+	GROUP BY t.n
+	HAVING max(t.key) <> '' AND count(t.ctid) = {limit} / {keys_per_claim} AND bool_and(t.ok)
 ), room AS (
-	SELECT {limit} - count(*) AS places, count(*) FILTER (WHERE key <> '') AS keys FROM head
-), share AS (
-	SELECT places, CASE WHEN keys = 0 THEN 0 ELSE (places + keys - 1) / keys END AS each FROM room
-), run1 AS (
-	SELECT h.key, h.prio, t.ctid, t.seq, t.r FROM head AS h CROSS JOIN share AS s
-	JOIN take AS t ON t.n = h.prio AND t.ctid IS NOT NULL
-	WHERE h.key <> '' AND s.each > 0 AND s.each <= {limit} / {keys_per_claim}
-		AND h.prio < (SELECT max(n) FROM take) AND t.r <= s.each + 1 AND t.ok
-	UNION ALL
-	SELECT h.key, h.prio, f.ctid, f.seq, f.r FROM head AS h CROSS JOIN share AS s
+	SELECT {limit} - (SELECT count(*) FROM take) AS places, (SELECT count(*) FROM capped) AS keys
+), more AS (
+	SELECT c.key, c.n, f.ctid, c.taken + 1 + f.r AS r FROM capped AS c CROSS JOIN room
 	CROSS JOIN LATERAL (
-		SELECT x.ctid, x.seq, x.r FROM (
-			SELECT e.ctid, e.seq, 1 + row_number() OVER w AS r,
+		SELECT x.ctid, x.r FROM (
+			SELECT e.ctid, row_number() OVER w AS r,
 				bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
 			FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
-				WHERE e.status = 'pending' AND e.key <> '' AND e.key = h.key AND e.seq > h.seq
-				ORDER BY e.seq LIMIT s.each) AS e
+				WHERE e.status = 'pending' AND e.key <> '' AND e.key = c.key AND e.seq > c.seq
+				ORDER BY e.seq LIMIT (room.places + room.keys - 1) / room.keys) AS e
 			WINDOW w AS (ORDER BY e.seq)) AS x
 		WHERE x.ok) AS f
-	WHERE h.key <> '' AND s.each > 0
-		AND NOT (s.each <= {limit} / {keys_per_claim} AND h.prio < (SELECT max(n) FROM take))
-), full1 AS (
-	SELECT r.key, max(r.prio) AS prio, max(r.seq) AS seq, count(*) AS taken FROM run1 AS r
-	GROUP BY r.key HAVING count(*) = (SELECT each FROM share)
-), share2 AS (
-	SELECT CASE WHEN (SELECT count(*) FROM full1) = 0 THEN 0
-		ELSE (s.places - (SELECT count(*) FROM run1) + (SELECT count(*) FROM full1) - 1) / (SELECT count(*) FROM full1) END AS each
-	FROM share AS s
-), run2 AS (
-	SELECT h.key, h.prio, f.ctid, f.seq, h.taken + f.r AS r FROM full1 AS h CROSS JOIN share2 AS s
-	CROSS JOIN LATERAL (
-		SELECT x.ctid, x.seq, x.r FROM (
-			SELECT e.ctid, e.seq, 1 + row_number() OVER w AS r,
-				bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
-			FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
-				WHERE e.status = 'pending' AND e.key <> '' AND e.key = h.key AND e.seq > h.seq
-				ORDER BY e.seq LIMIT s.each) AS e
-			WINDOW w AS (ORDER BY e.seq)) AS x
-		WHERE x.ok) AS f
-	WHERE s.each > 0
+	WHERE room.places > 0
 ), wanted AS (
-	SELECT key, ctid, r FROM (SELECT * FROM run1 UNION ALL SELECT * FROM run2) AS u
-	ORDER BY r, prio
-	LIMIT (SELECT places FROM share)
+	SELECT key, ctid, r FROM take WHERE ctid IS NOT NULL AND ok
+	UNION ALL
+	(SELECT key, ctid, r FROM more ORDER BY r, n LIMIT (SELECT places FROM room))
 ), follower AS MATERIALIZED (
 	SELECT o.ctid FROM {t} AS o
 	WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM wanted))
