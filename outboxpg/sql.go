@@ -427,25 +427,27 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 	LIMIT {limit}
 ), head AS (
 	SELECT head AS ctid, id, key, head_seq AS seq, n AS prio FROM take WHERE r = 1
+), room AS (
+	SELECT {limit} - (SELECT count(*) FROM take) AS places
 ), capped AS (
 	SELECT t.n, max(t.key) AS key, COALESCE(max(t.seq), max(t.head_seq)) AS seq, count(t.ctid) AS taken
 	FROM take AS t
+	WHERE (SELECT places FROM room) > 0
 	GROUP BY t.n
 	HAVING max(t.key) <> '' AND count(t.ctid) = {limit} / {keys_per_claim} AND bool_and(t.ok)
-), room AS (
-	SELECT {limit} - (SELECT count(*) FROM take) AS places, (SELECT count(*) FROM capped) AS keys
 ), more AS (
-	SELECT c.key, c.n, f.ctid, c.taken + 1 + f.r AS r FROM capped AS c CROSS JOIN room
+	SELECT c.key, c.n, f.ctid, c.taken + 1 + f.r AS r
+	FROM capped AS c CROSS JOIN (SELECT (r.places + k.keys - 1) / GREATEST(k.keys, 1) AS each
+		FROM room AS r CROSS JOIN (SELECT count(*) AS keys FROM capped) AS k) AS s
 	CROSS JOIN LATERAL (
 		SELECT x.ctid, x.r FROM (
 			SELECT e.ctid, row_number() OVER w AS r,
 				bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
 			FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
 				WHERE e.status = 'pending' AND e.key <> '' AND e.key = c.key AND e.seq > c.seq
-				ORDER BY e.seq LIMIT (room.places + room.keys - 1) / room.keys) AS e
+				ORDER BY e.seq LIMIT s.each) AS e
 			WINDOW w AS (ORDER BY e.seq)) AS x
 		WHERE x.ok) AS f
-	WHERE room.places > 0
 ), wanted AS (
 	SELECT key, ctid, r FROM take WHERE ctid IS NOT NULL AND ok
 	UNION ALL
