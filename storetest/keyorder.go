@@ -20,6 +20,7 @@ var keyOrderCases = []testCase{
 	{"in key order a failure mid-run releases the rest of the run without an attempt, and the run comes back whole", testKeyOrderFailureMidRun},
 	{"in key order released, published, kept or dead, the head lets the next go", testKeyOrderHeads},
 	{"in key order a message without a key and one of a new key written after 10,000 backlogged keys come in the next claim", testKeyOrderNoStarvation},
+	{"in key order a claim fills its batch from a few keys with long runs, each run a prefix of its key", testKeyOrderFewLongRunsFillTheBatch},
 	{"in key order a retrying head holds back its key only, and next due waits for it", testKeyOrderRetryHoldsBackItsKey},
 	{"in key order a head scheduled later holds back its key", testKeyOrderScheduledHeadHoldsBackItsKey},
 	{"in key order a retried head takes the messages held behind it back in the queue", testKeyOrderRetryPostponesHeld},
@@ -201,6 +202,43 @@ func testKeyOrderNoStarvation(t *testing.T, s *suite) {
 	for _, m := range late {
 		if !slices.Contains(ids(got), m.ID) {
 			t.Fatalf("the first claim of 100 after a backlog of %d keys returned %d messages without message %s (key %q), written after the backlog; want it in the first claim", keys, len(got), m.ID, m.Key)
+		}
+	}
+}
+
+// testKeyOrderFewLongRunsFillTheBatch writes three keys of 50 messages
+// each: a claim of 100 must come back full (the keys' runs share it), with
+// every key's messages the first of that key, in order.
+func testKeyOrderFewLongRunsFillTheBatch(t *testing.T, s *suite) {
+	const keys, perKey, limit = 3, 50, 100
+	names := make([]string, 0, keys*perKey)
+	for i := range keys * perKey {
+		names = append(names, fmt.Sprintf("k%d", i%keys))
+	}
+	msgs := keyed(names...)
+	s.write(t, msgs...)
+	got, err := s.h.KeyOrdered.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: limit, Lease: longLease, Token: uuid.New()})
+	if err != nil {
+		t.Fatalf("claim in key order: %v", err)
+	}
+	if len(got) != limit {
+		t.Fatalf("a claim of %d from %d keys of %d messages returned %d; want a full batch", limit, keys, perKey, len(got))
+	}
+	for k := range keys {
+		key := fmt.Sprintf("k%d", k)
+		var want, claimed []uuid.UUID
+		for _, m := range got {
+			if m.Key == key {
+				claimed = append(claimed, m.ID)
+			}
+		}
+		for _, m := range msgs {
+			if m.Key == key && len(want) < len(claimed) {
+				want = append(want, m.ID)
+			}
+		}
+		if len(claimed) == 0 || !slices.Equal(claimed, want) {
+			t.Fatalf("key %s: claimed %v; want its first %d messages in write order %v (and at least one)", key, claimed, len(claimed), want)
 		}
 	}
 }
