@@ -290,6 +290,22 @@ WHERE status = 'dead'`),
 // taking every key, ran at the speed of one).
 const keysPerClaim = 16
 
+// runAfter is the part of a key's run that follows a row already taken
+// (alias.key, alias.seq): its next pending messages in seq order, at most
+// limit of them, numbered from 1 (r), for as long as they are due and not
+// leased (a running bool_and: the first that is not ends the run).
+func runAfter(alias, limit string) string {
+	return `
+		SELECT x.ctid, x.seq, x.r FROM (
+			SELECT e.ctid, e.seq, row_number() OVER w AS r,
+				bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
+			FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
+				WHERE e.status = 'pending' AND e.key <> '' AND e.key = ` + alias + `.key AND e.seq > ` + alias + `.seq
+				ORDER BY e.seq LIMIT ` + limit + `) AS e
+			WINDOW w AS (ORDER BY e.seq)) AS x
+		WHERE x.ok`
+}
+
 // keyOrderClaim is the claim in key order ($1 lease in microseconds, $2
 // token, $3 limit). It leases runs: the head of a key (no earlier message of
 // the key pending) when it is due and not leased, then the key's next
@@ -325,6 +341,9 @@ const keysPerClaim = 16
 // filled the batch (few keys, or short runs): then the places left are
 // shared among the keys whose runs it read to that cap, all due and free
 // (capped), and each of their runs goes on from where take stopped (more).
+// What the runs that end within their share leave goes, in a second pass,
+// to the runs that took all of theirs (refill, more2), so that a few keys
+// of unequal lengths still fill the batch when they can.
 //
 // Heads other claims hold are passed over for the next ones, however many
 // there are, and their runs are not read. (Held in a transaction, a head
@@ -337,8 +356,8 @@ const keysPerClaim = 16
 // until the transaction that publishes it commits, so no two claims hold
 // messages of one key.
 //
-// more's rows are ranked by their place in their run first (r), so a cut
-// at the batch size leaves each run a prefix. A message of a run that
+// The rows of more and more2 are ranked by their place in their run first
+// (r), so a cut at the places left leaves each run a prefix. A message of a run that
 // cannot be locked or no longer qualifies ends the run there (gap): what
 // follows it in the key waits for the next claim. Every message of a run
 // before its gap was locked, so the lease needs no join with the locked
@@ -351,7 +370,12 @@ const keysPerClaim = 16
 // it is due and not leased, and tests the windows' candidates for being
 // heads: the walk's are heads by the way it found them (the first pending
 // message of their key in the statement's snapshot, which the test reads
-// too), so testing them again cost a probe per key for nothing. The LIMIT
+// too), so testing them again cost a probe per key for nothing. For the
+// same reason take does not test the heads again when it locks them: if a
+// head changed after the snapshot, FOR UPDATE rechecks its row, but the
+// test would read the other rows of its key in the same snapshot and give
+// the same answer (key and seq never change). What keeps a key's order
+// there is the lock on its head and missed_head. The LIMIT
 // 1 in that lookup, which can never cut anything (a ctid is one row), keeps
 // the planner from folding it into a join it may turn around: on a table
 // without statistics (new, or autovacuum held up), the generic plan tested
@@ -369,7 +393,7 @@ const keysPerClaim = 16
 // in seq order, which publishers keep (sortRuns; sorting 1,000 wide rows
 // twice, for a window and for the order, was about a tenth of the claim's
 // server time).
-const keyOrderClaim = `
+var keyOrderClaim = `
 WITH RECURSIVE walk (key, ctid, n) AS (
 	(SELECT e.key, e.ctid, 1 FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' ORDER BY e.key, e.seq LIMIT 1)
 	UNION ALL
@@ -412,7 +436,7 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 	FROM unnest((SELECT ctids FROM due_head)) WITH ORDINALITY AS d(ctid, n)
 	CROSS JOIN LATERAL (SELECT o.ctid, o.id, o.key, o.seq FROM {t} AS o
 		WHERE o.ctid = d.ctid AND o.status = 'pending' AND o.available_at <= now()
-			AND (o.locked_until IS NULL OR o.locked_until <= now()){head_of_key}
+			AND (o.locked_until IS NULL OR o.locked_until <= now())
 		LIMIT 1
 		FOR UPDATE SKIP LOCKED) AS h
 	CROSS JOIN LATERAL (
@@ -435,23 +459,27 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 	WHERE (SELECT places FROM room) > 0
 	GROUP BY t.n
 	HAVING max(t.key) <> '' AND count(t.ctid) = {limit} / {keys_per_claim} AND bool_and(t.ok)
+), share AS (
+	SELECT r.places, (r.places + k.keys - 1) / GREATEST(k.keys, 1) AS each
+	FROM room AS r CROSS JOIN (SELECT count(*) AS keys FROM capped) AS k
 ), more AS (
-	SELECT c.key, c.n, f.ctid, c.taken + 1 + f.r AS r
-	FROM capped AS c CROSS JOIN (SELECT (r.places + k.keys - 1) / GREATEST(k.keys, 1) AS each
-		FROM room AS r CROSS JOIN (SELECT count(*) AS keys FROM capped) AS k) AS s
-	CROSS JOIN LATERAL (
-		SELECT x.ctid, x.r FROM (
-			SELECT e.ctid, row_number() OVER w AS r,
-				bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
-			FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
-				WHERE e.status = 'pending' AND e.key <> '' AND e.key = c.key AND e.seq > c.seq
-				ORDER BY e.seq LIMIT s.each) AS e
-			WINDOW w AS (ORDER BY e.seq)) AS x
-		WHERE x.ok) AS f
+	SELECT c.key, c.n, f.ctid, f.seq, c.taken + 1 + f.r AS r FROM capped AS c CROSS JOIN share AS s
+	CROSS JOIN LATERAL (` + runAfter("c", "s.each") + `) AS f
+), refill AS (
+	SELECT m.key, max(m.n) AS n, max(m.seq) AS seq, max(m.r) AS r FROM more AS m
+	GROUP BY m.key HAVING count(*) = (SELECT each FROM share)
+), share2 AS (
+	SELECT GREATEST(0, (s.places - (SELECT count(*) FROM more) + k.keys - 1) / GREATEST(k.keys, 1)) AS each
+	FROM share AS s CROSS JOIN (SELECT count(*) AS keys FROM refill) AS k
+), more2 AS (
+	SELECT g.key, g.n, f.ctid, g.r + f.r AS r FROM refill AS g CROSS JOIN share2 AS s
+	CROSS JOIN LATERAL (` + runAfter("g", "s.each") + `) AS f
+	WHERE s.each > 0
 ), wanted AS (
 	SELECT key, ctid, r FROM take WHERE ctid IS NOT NULL AND ok
 	UNION ALL
-	(SELECT key, ctid, r FROM more ORDER BY r, n LIMIT (SELECT places FROM room))
+	(SELECT key, ctid, r FROM (SELECT key, n, ctid, r FROM more UNION ALL SELECT key, n, ctid, r FROM more2) AS m
+		ORDER BY r, n LIMIT (SELECT places FROM room))
 ), follower AS MATERIALIZED (
 	SELECT o.ctid FROM {t} AS o
 	WHERE o.ctid = ANY(ARRAY(SELECT ctid FROM wanted))

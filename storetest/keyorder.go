@@ -20,7 +20,7 @@ var keyOrderCases = []testCase{
 	{"in key order a failure mid-run releases the rest of the run without an attempt, and the run comes back whole", testKeyOrderFailureMidRun},
 	{"in key order released, published, kept or dead, the head lets the next go", testKeyOrderHeads},
 	{"in key order a message without a key and one of a new key written after 10,000 backlogged keys come in the next claim", testKeyOrderNoStarvation},
-	{"in key order a claim fills its batch from a few keys with long runs, each run a prefix of its key", testKeyOrderFewLongRunsFillTheBatch},
+	{"in key order a claim fills its batch from a few keys with runs of unequal lengths, each run a prefix of its key", testKeyOrderFewLongRunsFillTheBatch},
 	{"in key order a retrying head holds back its key only, and next due waits for it", testKeyOrderRetryHoldsBackItsKey},
 	{"in key order a head scheduled later holds back its key", testKeyOrderScheduledHeadHoldsBackItsKey},
 	{"in key order a retried head takes the messages held behind it back in the queue", testKeyOrderRetryPostponesHeld},
@@ -206,14 +206,18 @@ func testKeyOrderNoStarvation(t *testing.T, s *suite) {
 	}
 }
 
-// testKeyOrderFewLongRunsFillTheBatch writes three keys of 50 messages
-// each: a claim of 100 must come back full (the keys' runs share it), with
-// every key's messages the first of that key, in order.
+// testKeyOrderFewLongRunsFillTheBatch writes three keys of 60, 10 and 60
+// messages: a claim of 100 must come back full (what the short run leaves
+// of its share goes to the long ones), with every key's messages the first
+// of that key, in order.
 func testKeyOrderFewLongRunsFillTheBatch(t *testing.T, s *suite) {
-	const keys, perKey, limit = 3, 50, 100
-	names := make([]string, 0, keys*perKey)
-	for i := range keys * perKey {
-		names = append(names, fmt.Sprintf("k%d", i%keys))
+	const limit = 100
+	perKey := []int{60, 10, 60}
+	var names []string
+	for i := 0; len(names) < 130; i++ {
+		if k := i % len(perKey); i/len(perKey) < perKey[k] {
+			names = append(names, fmt.Sprintf("k%d", k))
+		}
 	}
 	msgs := keyed(names...)
 	s.write(t, msgs...)
@@ -222,9 +226,9 @@ func testKeyOrderFewLongRunsFillTheBatch(t *testing.T, s *suite) {
 		t.Fatalf("claim in key order: %v", err)
 	}
 	if len(got) != limit {
-		t.Fatalf("a claim of %d from %d keys of %d messages returned %d; want a full batch", limit, keys, perKey, len(got))
+		t.Fatalf("a claim of %d from keys of %v messages returned %d; want a full batch", limit, perKey, len(got))
 	}
-	for k := range keys {
+	for k := range perKey {
 		key := fmt.Sprintf("k%d", k)
 		var want, claimed []uuid.UUID
 		for _, m := range got {
