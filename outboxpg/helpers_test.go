@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/storetest"
 )
@@ -141,6 +142,21 @@ func writeRoundRobin(t *testing.T, store *outboxpg.Store, keys, perKey int) []*o
 		t.Fatalf("write: %v", err)
 	}
 	return msgs
+}
+
+// claimByKey claims up to limit messages from store with a lease of a
+// minute and returns them, and how many of them each key got.
+func claimByKey(t *testing.T, store *outboxpg.Store, limit int) ([]outbox.Message, map[string]int) {
+	t.Helper()
+	got, err := store.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: limit, Lease: time.Minute, Token: uuid.New()})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	runs := map[string]int{}
+	for _, m := range got {
+		runs[m.Key]++
+	}
+	return got, runs
 }
 
 // keyOrdered returns a store on store's table that claims in key order.

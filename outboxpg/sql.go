@@ -292,18 +292,17 @@ const keysPerClaim = 16
 
 // runAfter is the part of a key's run that follows a row already taken
 // (alias.key, alias.seq): its next pending messages in seq order, at most
-// limit of them, numbered from 1 (r), for as long as they are due and not
-// leased (a running bool_and: the first that is not ends the run).
+// limit of them, numbered from 1 (r), with ok true for as long as they are
+// due and not leased (a running bool_and: the first that is not ends the
+// run, and every row after it is not ok either).
 func runAfter(alias, limit string) string {
 	return `
-		SELECT x.ctid, x.seq, x.r FROM (
-			SELECT e.ctid, e.seq, row_number() OVER w AS r,
-				bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
-			FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
-				WHERE e.status = 'pending' AND e.key <> '' AND e.key = ` + alias + `.key AND e.seq > ` + alias + `.seq
-				ORDER BY e.seq LIMIT ` + limit + `) AS e
-			WINDOW w AS (ORDER BY e.seq)) AS x
-		WHERE x.ok`
+		SELECT e.ctid, e.seq, row_number() OVER w AS r,
+			bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
+		FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
+			WHERE e.status = 'pending' AND e.key <> '' AND e.key = ` + alias + `.key AND e.seq > ` + alias + `.seq
+			ORDER BY e.seq LIMIT ` + limit + `) AS e
+		WINDOW w AS (ORDER BY e.seq)`
 }
 
 // keyOrderClaim is the claim in key order ($1 lease in microseconds, $2
@@ -442,12 +441,7 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 	CROSS JOIN LATERAL (
 		SELECT NULL::tid AS ctid, NULL::bigint AS seq, 1::bigint AS r, true AS ok
 		UNION ALL
-		(SELECT e.ctid, e.seq, 1 + row_number() OVER w,
-			bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w
-		FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
-			WHERE e.status = 'pending' AND e.key <> '' AND e.key = h.key AND e.seq > h.seq
-			ORDER BY e.seq LIMIT {limit} / {keys_per_claim}) AS e
-		WINDOW w AS (ORDER BY e.seq))) AS f
+		SELECT y.ctid, y.seq, 1 + y.r, y.ok FROM (` + runAfter("h", "{limit} / {keys_per_claim}") + `) AS y) AS f
 	LIMIT {limit}
 ), head AS (
 	SELECT head AS ctid, id, key, head_seq AS seq, n AS prio FROM take WHERE r = 1
@@ -465,6 +459,7 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 ), more AS (
 	SELECT c.key, c.n, f.ctid, f.seq, c.taken + 1 + f.r AS r FROM capped AS c CROSS JOIN share AS s
 	CROSS JOIN LATERAL (` + runAfter("c", "s.each") + `) AS f
+	WHERE f.ok
 ), refill AS (
 	SELECT m.key, max(m.n) AS n, max(m.seq) AS seq, max(m.r) AS r FROM more AS m
 	GROUP BY m.key HAVING count(*) = (SELECT each FROM share)
@@ -474,7 +469,7 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 ), more2 AS (
 	SELECT g.key, g.n, f.ctid, g.r + f.r AS r FROM refill AS g CROSS JOIN share2 AS s
 	CROSS JOIN LATERAL (` + runAfter("g", "s.each") + `) AS f
-	WHERE s.each > 0
+	WHERE s.each > 0 AND f.ok
 ), wanted AS (
 	SELECT key, ctid, r FROM take WHERE ctid IS NOT NULL AND ok
 	UNION ALL

@@ -639,7 +639,6 @@ func TestKeyOrderClaimsLeaveKeysForAnotherWorker(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	store := newStore(t, pool, outboxpg.Options{OrderByKey: true})
-	ctx := t.Context()
 
 	const keys, perKey, batch = 64, 40, 320
 	msgs := writeRoundRobin(t, store, keys, perKey)
@@ -653,13 +652,8 @@ func TestKeyOrderClaimsLeaveKeysForAnotherWorker(t *testing.T) {
 	taken := map[string]int{}
 	claimKeys := func() map[string]int {
 		t.Helper()
-		got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: batch, Lease: time.Minute, Token: uuid.New()})
-		if err != nil {
-			t.Fatalf("claim: %v", err)
-		}
-		runs := map[string]int{}
+		got, runs := claimByKey(t, store, batch)
 		for _, m := range got {
-			runs[m.Key]++
 			if want := byKey[m.Key][taken[m.Key]]; m.ID != want {
 				t.Fatalf("claim returned %s as message %d of key %s; want %s, the key's next in write order", m.ID, taken[m.Key], m.Key, want)
 			}
@@ -692,26 +686,13 @@ func TestHeldClaimPassesOverHeadsAnotherClaimHolds(t *testing.T) {
 	pool := pgtest.Pool(t)
 	store := newStore(t, pool, outboxpg.Options{OrderByKey: true, TransactionLeases: true})
 	t.Cleanup(func() { outboxpg.RollBackHeld(store) })
-	ctx := t.Context()
 
 	// Runs of 4: a claim of 50 reads a head and 3 followers per key, so it
 	// takes 13 keys; the first claim, of 100, takes the first 25.
 	const keys, perKey = 200, 4
 	writeRoundRobin(t, store, keys, perKey)
-	claim := func(limit int) map[string]int {
-		t.Helper()
-		got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: limit, Lease: time.Minute, Token: uuid.New()})
-		if err != nil {
-			t.Fatalf("claim: %v", err)
-		}
-		runs := map[string]int{}
-		for _, m := range got {
-			runs[m.Key]++
-		}
-		return runs
-	}
-	first := claim(100)
-	second := claim(50)
+	_, first := claimByKey(t, store, 100)
+	_, second := claimByKey(t, store, 50)
 	taken := 0
 	for k, n := range second {
 		if first[k] > 0 {
