@@ -14,19 +14,22 @@ import (
 // primary key and following the row's update chain: measured at about half
 // the cost for 1,000 rows.
 //
-// An address is trusted only under two conditions. The row there must still
-// carry the claim's token: every statement that writes a new version of a
-// leased row either clears the token or replaces it (the claim of another
-// worker after the lease ran out), and a slot is reused only after its row
-// is gone, so a row found at a remembered address with the token is one of
-// the claim's rows. And the table must not have been rewritten since the
-// claim (VACUUM FULL, CLUSTER, an ALTER TABLE that rewrites, pg_repack):
-// a rewrite moves every row, keeping its token, so a row of the same claim
-// that was not published could land at a remembered address. The claim
-// records the table's file node, which every rewrite changes, and the delete
-// runs only while it is the same. Rows not found at their address are
-// deleted by id (SettleAndClaim), so an address that went stale costs a
-// round trip, never a message.
+// A row found at a remembered address is deleted only if it still carries
+// the claim's token and its id is one of those settled as published: the
+// token alone does not prove which row of the claim sits there. An UPDATE
+// that leaves the lease columns alone (an operator rescheduling messages,
+// say) writes a new version of a leased row that keeps the token, and once
+// VACUUM or page pruning frees the old version's slot, a later version of
+// another row of the same claim may be written at that address
+// (TestSettlementAfterAnOperatorUpdateAndVacuumDeletesOnlyThePublishedRows).
+// Any row with the token and a published id may go, wherever it sits.
+//
+// The claim also records the table's file node, and the delete by address
+// runs only while it is the same: a rewrite (VACUUM FULL, CLUSTER, an ALTER
+// TABLE that rewrites, pg_repack) moves every row, so the addresses mean
+// nothing after one. Rows not found at their address are deleted by id
+// (SettleAndClaim), so an address that went stale costs a round trip, never
+// a message.
 type addressBook struct {
 	mu     sync.Mutex
 	claims map[uuid.UUID]claimAddresses
@@ -62,22 +65,23 @@ func (b *addressBook) remember(token uuid.UUID, lease time.Duration, filenode ui
 }
 
 // lookUp splits ids, settled under token, into the addresses it knows (with
-// the table's file node at the claim) and the ids it does not.
-func (b *addressBook) lookUp(token uuid.UUID, ids []uuid.UUID) (tids []pgtype.TID, filenode uint32, unknown []uuid.UUID) {
+// their ids, and the table's file node at the claim) and the ids it does not.
+func (b *addressBook) lookUp(token uuid.UUID, ids []uuid.UUID) (tids []pgtype.TID, addressed []uuid.UUID, filenode uint32, unknown []uuid.UUID) {
 	b.mu.Lock()
 	c, ok := b.claims[token]
 	b.mu.Unlock()
 	if !ok {
-		return nil, 0, ids
+		return nil, nil, 0, ids
 	}
 	for _, id := range ids {
 		if tid, ok := c.at[id]; ok {
 			tids = append(tids, tid)
+			addressed = append(addressed, id)
 		} else {
 			unknown = append(unknown, id)
 		}
 	}
-	return tids, c.filenode, unknown
+	return tids, addressed, c.filenode, unknown
 }
 
 // forget drops a claim once its settlement is recorded.

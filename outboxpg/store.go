@@ -334,11 +334,11 @@ func permute(msgs []outbox.Message, order []int) {
 // It returns the place of the delete by address in b (-1 if none) and how
 // many rows it should find.
 func (s *Store) queueDeletePublished(b *pgx.Batch, token uuid.UUID, published []uuid.UUID) (at, n int) {
-	tids, filenode, unknown := s.addresses.lookUp(token, published)
+	tids, addressed, filenode, unknown := s.addresses.lookUp(token, published)
 	at = -1
 	if len(tids) > 0 {
 		at, n = b.Len(), len(tids)
-		b.Queue(s.stmts.deleteAt, tids, pgUUID(token), filenode)
+		b.Queue(s.stmts.deleteAt, tids, pgUUID(token), filenode, pgUUIDs(addressed))
 	}
 	if len(unknown) > 0 {
 		b.Queue(s.stmts.settlePublished, pgUUIDs(unknown), pgUUID(token))

@@ -105,3 +105,38 @@ func Schema(t testing.TB) string {
 	})
 	return name
 }
+
+// Database creates a database with a fresh random name on the server of
+// TEST_DATABASE_URL, drops it when the test ends, and returns a pool on it
+// (closed before the drop). Tests that run VACUUM and need it to remove what
+// they deleted use one: VACUUM keeps every row version that a transaction
+// open in the same database might still see, and the shared database has
+// other tests' transactions open.
+func Database(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	admin := Pool(t)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	name := "test_" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := admin.Exec(ctx, `CREATE DATABASE "`+name+`"`); err != nil {
+		t.Fatalf("pgtest: create database %s: %v", name, err)
+	}
+	cfg := Config(t)
+	cfg.ConnConfig.Database = name
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pool on database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.Exec(ctx, `DROP DATABASE "`+name+`" WITH (FORCE)`); err != nil {
+			t.Errorf("pgtest: drop database %s: %v", name, err)
+		}
+	})
+	return pool
+}
