@@ -183,3 +183,42 @@ func TestMigrationFourTunesAutovacuumForAQueue(t *testing.T) {
 		t.Errorf("table options %v after migrating down from 4 still hold autovacuum settings", got)
 	}
 }
+
+// A partitioned table, or one with inheritance children, has rows whose
+// addresses (ctid) repeat across its parts, and the store settles rows by
+// address: the relay refuses it at start, with what to do instead, however
+// the table came to have the columns the store needs.
+func TestRelayRefusesToStartOnAPartitionedOrInheritedTable(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := t.Context()
+	migrated := outboxpg.Options{Schema: pgtest.Schema(t)}
+	newStore(t, pool, migrated)
+	source := pgx.Identifier{migrated.Schema, "outbox"}.Sanitize()
+
+	partitioned := outboxpg.Options{Schema: pgtest.Schema(t)}
+	table := pgx.Identifier{partitioned.Schema, "outbox"}.Sanitize()
+	for _, sql := range []string{
+		`CREATE TABLE ` + table + ` (LIKE ` + source + ` INCLUDING DEFAULTS INCLUDING IDENTITY) PARTITION BY RANGE (seq)`,
+		`CREATE TABLE ` + pgx.Identifier{partitioned.Schema, "outbox_1"}.Sanitize() + ` PARTITION OF ` + table + ` FOR VALUES FROM (MINVALUE) TO (MAXVALUE)`,
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	s, err := outboxpg.New(pool, partitioned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relaytest.RequireRunRefuses(t, s, s.Name(), "partitioned", "plain table")
+
+	child := pgx.Identifier{pgtest.Schema(t), "outbox_child"}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+child+` () INHERITS (`+source+`)`); err != nil {
+		t.Fatalf("create an inheritance child: %v", err)
+	}
+	s, err = outboxpg.New(pool, migrated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relaytest.RequireRunRefuses(t, s, s.Name(), "inheritance", "plain table")
+}
