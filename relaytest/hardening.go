@@ -39,6 +39,9 @@ func testPublishDeadlineFromLease(t *testing.T, h Harness, lateShare float64) {
 	var (
 		mu       sync.Mutex
 		overruns []string
+		// publishedLate: the publisher was handed the batch of the claim
+		// answered late.
+		publishedLate bool
 	)
 	pub := outbox.PublisherFunc(func(ctx context.Context, batch []outbox.Message) []error {
 		deadline, ok := ctx.Deadline()
@@ -46,6 +49,9 @@ func testPublishDeadlineFromLease(t *testing.T, h Harness, lateShare float64) {
 		mu.Lock()
 		if !ok || deadline.After(start.Add(lease)) {
 			overruns = append(overruns, deadline.Sub(start).String())
+		}
+		if start.Equal(slow.lateStart()) {
+			publishedLate = true
 		}
 		mu.Unlock()
 		return rec.Publish(ctx, batch)
@@ -60,6 +66,13 @@ func testPublishDeadlineFromLease(t *testing.T, h Harness, lateShare float64) {
 	if n := rec.Count(m.ID); n != 1 {
 		t.Fatalf("message %s published %d times, want once", m.ID, n)
 	}
+	tooLate := lateShare >= 0.9 // publishTimeout: nine tenths of the lease
+	switch {
+	case tooLate && publishedLate:
+		t.Fatalf("message %s was handed to the publisher from the claim answered %v into its %v lease (past nine tenths): it must be released unpublished and published by a later claim", m.ID, slow.delay, lease)
+	case !tooLate && !publishedLate:
+		t.Fatalf("message %s was not published from the claim answered %v into its %v lease, though nine tenths of the lease were not over: the deadline was not tested", m.ID, slow.delay, lease)
+	}
 }
 
 // slowFirstClaim answers the first claim that returns messages late, and
@@ -70,6 +83,7 @@ type slowFirstClaim struct {
 	once  sync.Once
 
 	mu      sync.Mutex
+	late    time.Time // when the claim answered late was sent
 	started map[uuid.UUID]time.Time
 }
 
@@ -84,8 +98,20 @@ func (s *slowFirstClaim) SettleAndClaim(ctx context.Context, settle outboxdriver
 		s.started[m.ID] = start
 	}
 	s.mu.Unlock()
-	s.once.Do(func() { time.Sleep(s.delay) }) // a slow database or network
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.late = start
+		s.mu.Unlock()
+		time.Sleep(s.delay) // a slow database or network
+	})
 	return batch, nil
+}
+
+// lateStart returns when the claim answered late was sent.
+func (s *slowFirstClaim) lateStart() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.late
 }
 
 func (s *slowFirstClaim) claimStart(id uuid.UUID) time.Time {
