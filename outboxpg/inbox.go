@@ -34,9 +34,9 @@ type InboxOptions struct {
 // outbox.Inbox: processed_messages(consumer, message_id, processed_at,
 // outgoing), one row per consumer and message. processed_at is when the
 // message's effects were complete: its handling committed and, if the
-// handler wrote messages to an outbox (listed in outgoing, with the table in
-// outbox_table, until then),
-// they were all published. Beside it, processed_messages_parked keeps the
+// handler wrote messages to outbox tables (listed in outgoing, with the
+// tables still awaited in outbox_tables, until then), they were all
+// published. Beside it, processed_messages_parked keeps the
 // messages consumers parked (outbox.ParkStore), for `outbox inbox parked`
 // to list and retry. It is safe for concurrent use.
 type InboxTable struct {
@@ -49,8 +49,9 @@ type InboxTable struct {
 	q        string // the table, quoted
 	create   string // the table and its index
 	mark     string // $1 consumer, $2 id
-	outgoing string // $1 consumer, $2 id, $3 ids
+	outgoing string // $1 consumer, $2 id, $3 ids, $4 outbox table
 	waiting  string // the outbox tables that records wait for
+	settled  string // $1 limit
 	stats    string // per consumer
 	purge    string // $1 age in microseconds, $2 limit
 	lockKey  int64  // taken by PurgeProcessed
@@ -92,7 +93,7 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 		pool:   pool,
 		parked: parked,
 		current: `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND EXISTS (
-	SELECT FROM information_schema.columns WHERE table_schema = $3 AND table_name = $4 AND column_name = 'duplicates')`,
+	SELECT FROM information_schema.columns WHERE table_schema = $3 AND table_name = $4 AND column_name = 'outbox_tables')`,
 		table: table,
 		name:  schema + "." + table,
 		// The primary key makes a second record of a message conflict, and
@@ -106,11 +107,13 @@ func NewInboxTable(pool *pgxpool.Pool, opts InboxOptions) (*InboxTable, error) {
 	outgoing     uuid[]      NULL,
 	duplicates   integer     NOT NULL DEFAULT 0,
 	outbox_table text        NULL,
+	outbox_tables text[]     NULL,
 	PRIMARY KEY (consumer, message_id)
 );
 ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outgoing uuid[] NULL;
 ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outbox_table text NULL;
 ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS duplicates integer NOT NULL DEFAULT 0;
+ALTER TABLE ` + q + ` ADD COLUMN IF NOT EXISTS outbox_tables text[] NULL;
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;
 ` + parked.create,
@@ -122,9 +125,18 @@ CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + 
 		mark: `INSERT INTO ` + q + ` AS i (consumer, message_id) VALUES ($1, $2)
 ON CONFLICT (consumer, message_id) DO UPDATE SET duplicates = i.duplicates + 1
 RETURNING i.xmax = 0`,
-		outgoing: `UPDATE ` + q + ` SET outgoing = coalesce(outgoing, '{}') || $3::uuid[], outbox_table = $4
-WHERE consumer = $1 AND message_id = $2 AND coalesce(outbox_table, $4) = $4`,
-		waiting: `SELECT DISTINCT outbox_table FROM ` + q + ` WHERE outgoing IS NOT NULL`,
+		// outbox_tables lists every table the record waits for.
+		// outbox_table keeps the first, which is what a release before
+		// outbox_tables wrote and waited for: such records, and those of
+		// its processes still running in a rolling deploy, wait for
+		// [outbox_table] (awaitedTables).
+		outgoing: `UPDATE ` + q + ` SET outgoing = coalesce(outgoing, '{}') || $3::uuid[], outbox_table = coalesce(outbox_table, $4::text),
+	outbox_tables = CASE WHEN $4::text = ANY (coalesce(outbox_tables, '{}')) THEN outbox_tables ELSE coalesce(outbox_tables, '{}') || $4::text END
+WHERE consumer = $1 AND message_id = $2`,
+		waiting: `SELECT DISTINCT t FROM ` + q + ` AS r, unnest(` + awaitedTables("r") + `) AS t WHERE r.outgoing IS NOT NULL AND t IS NOT NULL`,
+		settled: `UPDATE ` + q + ` SET outgoing = NULL, outbox_table = NULL, outbox_tables = NULL, processed_at = now() WHERE (consumer, message_id) IN (
+	SELECT consumer, message_id FROM ` + q + ` WHERE outgoing IS NOT NULL AND cardinality(outbox_tables) = 0
+	ORDER BY processed_at LIMIT $1)`,
 		stats: `SELECT consumer, count(*), count(*) FILTER (WHERE outgoing IS NOT NULL), coalesce(sum(duplicates), 0),
 	(extract(epoch FROM now() - min(processed_at)) * 1000000)::bigint
 FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
@@ -197,8 +209,9 @@ func (t *InboxTable) MarkProcessed(ctx context.Context, tx pgx.Tx, consumer stri
 
 // RecordOutgoing notes, in tx, that handling message id wrote the messages
 // ids to the outbox table named table ("schema.table", a Store's Name), in
-// the same database: the record is kept until they are published. When a
-// handler writes to two outbox tables, the record waits for the first's.
+// the same database: the record is kept until they are published. A handler
+// that writes to several outbox tables calls it once per table; the record
+// then waits for the messages of every one.
 func (t *InboxTable) RecordOutgoing(ctx context.Context, tx pgx.Tx, consumer string, id uuid.UUID, table string, ids []uuid.UUID) error {
 	if _, err := settleStatement(t.q, table); err != nil {
 		return err
@@ -206,33 +219,39 @@ func (t *InboxTable) RecordOutgoing(ctx context.Context, tx pgx.Tx, consumer str
 	if _, err := tx.Exec(ctx, t.outgoing, consumer, pgUUID(id), pgUUIDs(ids), table); err != nil {
 		return fmt.Errorf("outboxpg: record the outgoing messages of %s in inbox %s: %w", id, t.name, err)
 	}
-	// When no row changed, the handler wrote to a second outbox table: the
-	// record waits for the first table's messages only. Those of the second
-	// still go out through their relay; the countdown does not wait for
-	// them.
 	return nil
 }
 
-// settleStatement returns the statement that starts the countdown of the
-// records of inbox q (quoted) waiting for outbox table: those none of whose
-// outgoing messages is left unpublished (pending, or dead, since a dead
-// letter may yet be retried).
+// awaitedTables is the SQL expression of the outbox tables record r still
+// waits for: outbox_tables, or, on a record of a release before that
+// column, its one outbox_table.
+func awaitedTables(r string) string {
+	return `coalesce(` + r + `.outbox_tables, ARRAY[` + r + `.outbox_table])`
+}
+
+// settleStatement returns the statement that stops the records of inbox q
+// (quoted) waiting for outbox table: those none of whose outgoing messages
+// is left unpublished there (pending, or dead, since a dead letter may yet
+// be retried). The ids of the messages a record's handler wrote to its
+// other tables are in outgoing too, but are not in this table: UUIDv7 ids
+// do not collide. A record that waits for no table any more starts its
+// countdown (InboxTable.settled).
 func settleStatement(q, table string) (string, error) {
 	schema, name, ok := strings.Cut(table, ".")
 	if !ok || sqlident.Check("outbox table", schema, MaxSchemaLength) != nil || sqlident.Check("outbox table", name, MaxTableLength) != nil {
 		return "", fmt.Errorf("outboxpg: inbox: outgoing messages were written to %q, not an outbox table of this database (schema.table); write them through an outboxpg Store in the inbox's transaction", table)
 	}
-	return `UPDATE ` + q + ` SET outgoing = NULL, outbox_table = NULL, processed_at = now() WHERE (consumer, message_id) IN (
+	return `UPDATE ` + q + ` AS u SET outbox_tables = array_remove(` + awaitedTables("u") + `, $2::text) WHERE (u.consumer, u.message_id) IN (
 	SELECT r.consumer, r.message_id FROM ` + q + ` AS r
-	WHERE r.outgoing IS NOT NULL AND r.outbox_table = $2
+	WHERE r.outgoing IS NOT NULL AND $2::text = ANY (` + awaitedTables("r") + `)
 		AND NOT EXISTS (SELECT FROM ` + sqlident.Quote(schema) + `.` + sqlident.Quote(name) + ` AS o WHERE o.id = ANY (r.outgoing) AND o.status <> 'published')
 	ORDER BY r.processed_at LIMIT $1)`, nil
 }
 
 // settle starts the countdown of the records whose outgoing messages were
-// all published, up to limit per outbox table. The outbox tables are read
-// only when some record waits for them: a consumer that writes no outgoing
-// messages needs no outbox.
+// all published, in every outbox table they were written to, up to limit
+// per outbox table. The outbox tables are read only when some record waits
+// for them: a consumer that writes no outgoing messages needs no outbox.
 func (t *InboxTable) settle(ctx context.Context, tx pgx.Tx, limit int) (failed error, err error) {
 	rows, err := tx.Query(ctx, t.waiting)
 	if err != nil {
@@ -250,6 +269,9 @@ func (t *InboxTable) settle(ctx context.Context, tx pgx.Tx, limit int) (failed e
 		if err := t.settleTable(ctx, tx, table, limit); err != nil {
 			failures = append(failures, fmt.Errorf("see which outgoing messages in %s were published: %w", table, err))
 		}
+	}
+	if _, err := tx.Exec(ctx, t.settled, limit); err != nil {
+		return nil, err
 	}
 	return errors.Join(failures...), nil
 }

@@ -187,7 +187,7 @@ func TestInboxPurgeGoesOnPastAnOutboxTableItCannotRead(t *testing.T) {
 }
 
 // A handler that writes to two outbox tables is applied; its record waits
-// for the first table's messages.
+// for the messages of both (TestInboxRecordWaitsForEveryOutboxTableItsHandlerWroteTo).
 func TestInboxHandlerMayWriteToTwoOutboxTables(t *testing.T) {
 	t.Parallel()
 	store, table := newOutboxAndInbox(t)
