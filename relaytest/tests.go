@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -235,16 +236,32 @@ func (s *publishedSpy) SettleAndClaim(ctx context.Context, settle outboxdriver.S
 	return batch, err
 }
 
+// testFailures fails a number of messages until they are dead, and one
+// message permanently. Each message's retry delays must be drawn under a cap
+// that starts at BackoffBase and doubles (full jitter): the test checks the
+// delays the relay asked the store for, across the messages (they must vary,
+// fill the range below each cap and grow from the first retry to the
+// second), that the store applied them, and that the next try came no
+// sooner. A permanent failure is dead at its first attempt.
 func testFailures(t *testing.T, h Harness) {
 	ctx := context.Background()
 	a := admin(t, h)
-	flaky, poison := newMessage("flaky", 1), newMessage("poison", 2)
-	if err := h.Write(ctx, true, flaky, poison); err != nil {
+	// Enough messages that drawing all of one attempt's delays in one half of
+	// its range (the chance of a false failure below) is about 2^-flakies.
+	const flakies = 24
+	var flaky []*outbox.Message
+	for i := range flakies {
+		// A key each: a failure must not hold another flaky message back.
+		flaky = append(flaky, &outbox.Message{Topic: "flaky", Key: fmt.Sprintf("flaky-%d", i), Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
+	}
+	poison := &outbox.Message{Topic: "poison", Key: "poison", Payload: []byte(`{`)}
+	if err := h.Write(ctx, true, append(slices.Clone(flaky), poison)...); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	healthy := false
-	var failedAt []time.Time
+	failedAt := map[uuid.UUID][]time.Time{}
+	poisonCalls := 0
 	rec := NewRecorder()
 	rec.Fail = func(m outbox.Message) error {
 		mu.Lock()
@@ -253,85 +270,113 @@ func testFailures(t *testing.T, h Harness) {
 		case healthy:
 			return nil
 		case m.Topic == "poison":
+			poisonCalls++
 			return outbox.Permanent(errors.New("cannot decode payload"))
 		default:
-			failedAt = append(failedAt, time.Now())
-			return fmt.Errorf("broker said no (%d)", len(failedAt))
+			failedAt[m.ID] = append(failedAt[m.ID], time.Now())
+			return fmt.Errorf("broker said no (%d)", len(failedAt[m.ID]))
 		}
 	}
-	const base, maxDelay, attempts = 300 * time.Millisecond, 400 * time.Millisecond, 3
+	const base, maxDelay, attempts = 100 * time.Millisecond, 10 * time.Second, 3
 	cfg := outbox.Config{MaxAttempts: attempts, BackoffBase: base, BackoffMax: maxDelay, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond, Workers: 1}
-
-	// The spy reads the stored row right after the first failure is recorded,
-	// before the retry can claim it again.
-	spy := &settlementSpy{Store: h.Store, admin: a, watch: flaky.ID, captured: make(chan struct{})}
+	spy := &settlementSpy{Store: h.Store, admin: a, retries: map[uuid.UUID][]observedRetry{}}
 	StartRelay(t, spy, rec, cfg)
-	select {
-	case <-spy.captured:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first failure was never recorded")
-	}
-	stored := spy.row
-	const clockSlack = 50 * time.Millisecond
-	if spy.err != nil {
-		t.Fatalf("Get(%s) after the first failure: %v", flaky.ID, spy.err)
-	}
-	if stored.Attempts != 1 || stored.Status != outbox.StatusPending || !strings.Contains(stored.LastError, "broker said no (1)") {
-		t.Fatalf("after one failure message %s has attempts %d, status %s, last error %q; want 1, pending, the broker's error", flaky.ID, stored.Attempts, stored.Status, stored.LastError)
-	}
-	capOne := outbox.BackoffCap(base, maxDelay, 1)
-	if spy.delay < 0 || spy.delay > capOne {
-		t.Fatalf("retry delay after the first failure %v, want within the full-jitter bounds [0, %v]", spy.delay, capOne)
-	}
-	if earliest, latest := spy.before.Add(-clockSlack), spy.after.Add(capOne+clockSlack); stored.AvailableAt.Before(earliest) || stored.AvailableAt.After(latest) {
-		t.Fatalf("message %s next attempt at %v, want within [%v, %v] (the recording time plus the jitter cap %v)", flaky.ID, stored.AvailableAt, earliest, latest, capOne)
-	}
 
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		m, err := a.Get(ctx, flaky.ID)
+		st, err := a.Stats(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.Status == outbox.StatusDead {
-			if m.Attempts != attempts || !strings.Contains(m.LastError, fmt.Sprintf("attempt %d of %d", attempts, attempts)) {
-				t.Fatalf("dead message %s has attempts %d and error %q, want %d attempts and the last error", flaky.ID, m.Attempts, m.LastError, attempts)
-			}
+		if st.Dead == flakies+1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("message %s still %s after %d attempts", flaky.ID, m.Status, m.Attempts)
+			t.Fatalf("after 30s, %d of %d messages are dead (%d pending)", st.Dead, flakies+1, st.Pending)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	mu.Lock()
-	times := slices.Clone(failedAt)
-	mu.Unlock()
-	if len(times) != attempts {
-		t.Fatalf("publisher failed %d times, want exactly MaxAttempts=%d", len(times), attempts)
-	}
-	// Each retry came no later than its jitter cap plus what polling allows.
-	for i := 1; i < len(times); i++ {
-		if gap, limit := times[i].Sub(times[i-1]), outbox.BackoffCap(base, maxDelay, i)+time.Second; gap > limit {
-			t.Errorf("retry %d came %v after the failure before it, want at most %v", i, gap, limit)
-		}
-	}
-	if rec.Count(flaky.ID) != 0 || rec.Count(poison.ID) != 0 {
+	if rec.Distinct() != 0 {
 		t.Fatal("a failed message was recorded as published")
 	}
 
-	// An operator retries both; the broker is healthy again.
+	mu.Lock()
+	tried, calls := maps.Clone(failedAt), poisonCalls
+	mu.Unlock()
+	spy.mu.Lock()
+	retried, rowErrs := maps.Clone(spy.retries), slices.Clone(spy.rowErrs)
+	spy.mu.Unlock()
+	if calls != 1 {
+		t.Errorf("the permanently failing message %s was tried %d times, want once: a permanent error is dead at once, not retried", poison.ID, calls)
+	}
+	if m, err := a.Get(ctx, poison.ID); err != nil || m.Status != outbox.StatusDead || m.Attempts != 1 || !strings.Contains(m.LastError, "cannot decode payload") || strings.Contains(m.LastError, "attempt ") {
+		t.Errorf("permanently failed message %s: %+v, %v; want dead after 1 attempt with the publisher's error (not that attempts ran out)", poison.ID, m, err)
+	}
+
+	if len(rowErrs) > 0 {
+		t.Errorf("the stored rows did not take the retries the relay asked for:\n%s", strings.Join(rowErrs, "\n"))
+	}
+	// delays[i] holds every message's delay after its failed attempt i+1.
+	delays := make([][]time.Duration, attempts-1)
+	for _, f := range flaky {
+		m, err := a.Get(ctx, f.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status != outbox.StatusDead || m.Attempts != attempts || !strings.Contains(m.LastError, fmt.Sprintf("attempt %d of %d", attempts, attempts)) {
+			t.Errorf("message %s: status %s, attempts %d, error %q; want dead after %d attempts with the last error", f.ID, m.Status, m.Attempts, m.LastError, attempts)
+		}
+		times, retries := tried[f.ID], retried[f.ID]
+		if len(times) != attempts || len(retries) != attempts-1 {
+			t.Errorf("message %s failed %d times with %d retries recorded, want exactly MaxAttempts=%d failures and %d retries", f.ID, len(times), len(retries), attempts, attempts-1)
+			continue
+		}
+		for i, r := range retries {
+			capped := outbox.BackoffCap(base, maxDelay, i+1)
+			if r.delay < 0 || r.delay > capped {
+				t.Errorf("message %s: retry delay after attempt %d is %v, want within the full-jitter bounds [0, %v]", f.ID, i+1, r.delay, capped)
+			}
+			delays[i] = append(delays[i], r.delay)
+			// The next try waits for the delay: the store's clock started it
+			// after the failure, and the claim needs it to have passed.
+			if gap := times[i+1].Sub(times[i]); gap < r.delay-clockSlack || gap > capped+2*time.Second {
+				t.Errorf("message %s: try %d came %v after the failure before it, want between its delay %v and its cap %v plus what polling allows", f.ID, i+2, gap, r.delay, capped)
+			}
+		}
+	}
+	// Full jitter: below each cap the delays spread over the whole range,
+	// so some fall in each half; the cap doubles, so some second delays
+	// exceed the first cap.
+	for i, ds := range delays {
+		capped := outbox.BackoffCap(base, maxDelay, i+1)
+		low := slices.ContainsFunc(ds, func(d time.Duration) bool { return d < capped/2 })
+		high := slices.ContainsFunc(ds, func(d time.Duration) bool { return d > capped/2 })
+		if !low || !high {
+			t.Errorf("retry delays after attempt %d: %v; want them drawn uniformly in [0, %v] (full jitter), some in each half", i+1, ds, capped)
+		}
+	}
+	if first := outbox.BackoffCap(base, maxDelay, 1); !slices.ContainsFunc(delays[1], func(d time.Duration) bool { return d > first }) {
+		t.Errorf("retry delays after attempt 2: %v; none above the first cap %v, want the cap doubled to %v", delays[1], first, outbox.BackoffCap(base, maxDelay, 2))
+	}
+
+	// An operator retries them; the broker is healthy again.
 	mu.Lock()
 	healthy = true
 	mu.Unlock()
-	n, err := a.RetryDead(ctx, flaky.ID, poison.ID)
-	if err != nil || n != 2 {
-		t.Fatalf("RetryDead = %d, %v; want 2, nil", n, err)
+	ids := []uuid.UUID{poison.ID}
+	for _, f := range flaky {
+		ids = append(ids, f.ID)
 	}
-	rec.WaitFor(t, 10*time.Second, "retried dead messages to be published", func() bool {
-		return rec.Count(flaky.ID) == 1 && rec.Count(poison.ID) == 1
-	})
+	n, err := a.RetryDead(ctx, ids...)
+	if err != nil || n != len(ids) {
+		t.Fatalf("RetryDead = %d, %v; want %d, nil", n, err, len(ids))
+	}
+	rec.WaitFor(t, 10*time.Second, "retried dead messages to be published", func() bool { return rec.Distinct() == len(ids) })
 }
+
+// clockSlack allows for the store's clock and the test's to differ a little
+// (the same machine's, read at different moments).
+const clockSlack = 50 * time.Millisecond
 
 func testWakeLatency(t *testing.T, h Harness, cfg outbox.Config, ready func(), write func(ctx context.Context, m *outbox.Message) error) {
 	ctx := context.Background()
@@ -561,19 +606,21 @@ func testRetention(t *testing.T, h Harness) {
 	}
 }
 
-// settlementSpy records, once, the stored state of one message right after
-// the relay recorded a retry for it.
+// settlementSpy records every retry the relay asks the store for, and checks
+// the stored row of each (due after its delay, counted from the exchange)
+// when the delay is long enough that the same exchange's claim cannot have
+// taken the row again.
 type settlementSpy struct {
 	outboxdriver.Store
-	admin    outboxdriver.Admin
-	watch    uuid.UUID
-	once     sync.Once
-	captured chan struct{}
+	admin outboxdriver.Admin
 
-	before, after time.Time
-	delay         time.Duration
-	row           outbox.Message
-	err           error
+	mu      sync.Mutex
+	retries map[uuid.UUID][]observedRetry
+	rowErrs []string
+}
+
+type observedRetry struct {
+	delay time.Duration
 }
 
 func (s *settlementSpy) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
@@ -582,13 +629,22 @@ func (s *settlementSpy) SettleAndClaim(ctx context.Context, settle outboxdriver.
 	if err != nil {
 		return batch, err
 	}
+	after := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, r := range settle.Retry {
-		if r.ID == s.watch {
-			s.once.Do(func() {
-				s.before, s.after, s.delay = before, time.Now(), r.Delay
-				s.row, s.err = s.admin.Get(ctx, r.ID)
-				close(s.captured)
-			})
+		if r.Unsent {
+			continue
+		}
+		s.retries[r.ID] = append(s.retries[r.ID], observedRetry{delay: r.Delay})
+		if r.Delay < 4*clockSlack+after.Sub(before) {
+			continue
+		}
+		row, err := s.admin.Get(ctx, r.ID)
+		earliest, latest := before.Add(r.Delay-clockSlack), after.Add(r.Delay+clockSlack)
+		if err != nil || row.AvailableAt.Before(earliest) || row.AvailableAt.After(latest) || row.Status != outbox.StatusPending || row.Attempts != len(s.retries[r.ID]) || row.LastError != r.Error {
+			s.rowErrs = append(s.rowErrs, fmt.Sprintf("message %s retried after %v with error %q: stored as %s, attempts %d, error %q, next attempt at %v (%v); want pending, %d attempts, that error, next attempt within [%v, %v]",
+				r.ID, r.Delay, r.Error, row.Status, row.Attempts, row.LastError, row.AvailableAt, err, len(s.retries[r.ID]), earliest, latest))
 		}
 	}
 	return batch, nil
