@@ -1,19 +1,19 @@
 // Package consume is what the broker consumer adapters (outboxnats,
-// outboxamqp, outboxkafka) share: deliveries spread over lanes by key, so
-// that one key's messages are handled one at a time and in order while
-// different keys run concurrently; each message handled until it succeeds,
-// then acknowledged; retried in place with a backoff when it fails (its key
-// waits); parked after a number of attempts, on the broker or, with a
-// ParkStore, in the consumer's database, from where an operator's retry
-// request brings it back (RetryParked).
+// outboxamqp, outboxkafka) share: deliveries queued by key, so that one
+// key's messages are handled one at a time and in order while different
+// keys run concurrently; each message handled until it succeeds, then
+// acknowledged; retried in place with a backoff when it fails (its key
+// waits, and only its key: the pause holds no worker and the key's queue
+// holds what arrives behind it); parked after a number of attempts, on the
+// broker or, with a ParkStore, in the consumer's database, from where an
+// operator's retry request brings it back (RetryParked).
 package consume
 
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"sync"
+	"math/rand/v2"
 	"time"
 
 	"github.com/go-outbox/outbox"
@@ -49,8 +49,15 @@ const retryBatch = 100
 type Config struct {
 	// Consumer names the consumer in logs and in Parked.
 	Consumer string
-	// Concurrency is the number of lanes: messages handled at once.
+	// Concurrency is how many messages are handled at once (workers).
 	Concurrency int
+	// MaxHeld is how many deliveries the lanes hold at most, queued or
+	// being handled, whatever their keys; Submit waits while they hold as
+	// many. Set it to the broker's window of unacknowledged deliveries
+	// (prefetch, MaxAckPending): the broker then never sends more than the
+	// lanes hold, and Submit never waits. Default MaxHeldPerWorker ×
+	// Concurrency.
+	MaxHeld int
 	// MaxDeliver is how many attempts a message gets before it is parked.
 	MaxDeliver int
 	// BackoffBase and BackoffMax bound the pause between two attempts.
@@ -66,57 +73,6 @@ type Config struct {
 	// RetryPoll is how often RetryParked looks for requested retries.
 	// Default RetryPollDefault.
 	RetryPoll time.Duration
-}
-
-// Lanes hands deliveries to fn, one lane per Concurrency.
-type Lanes struct {
-	cfg     Config
-	fn      func(context.Context, outbox.Message) error
-	lanes   []chan Delivery
-	workers sync.WaitGroup
-}
-
-// Start starts the lanes; they handle deliveries with fn until ctx ends
-// (then unfinished ones stay unacknowledged: the broker delivers them
-// again) or Close.
-func Start(ctx context.Context, cfg Config, fn func(context.Context, outbox.Message) error) *Lanes {
-	l := &Lanes{cfg: cfg, fn: fn, lanes: make([]chan Delivery, cfg.Concurrency)}
-	for i := range l.lanes {
-		l.lanes[i] = make(chan Delivery, 16)
-		l.workers.Go(func() {
-			for d := range l.lanes[i] {
-				Handle(ctx, l.cfg, d, l.fn)
-			}
-		})
-	}
-	return l
-}
-
-// Submit queues d on the lane of its key (of its id when it has none). It
-// returns false if ctx ended first.
-func (l *Lanes) Submit(ctx context.Context, d Delivery) bool {
-	m := d.Message()
-	key := m.Key
-	if key == "" {
-		key = m.ID.String()
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	select {
-	case l.lanes[h.Sum32()%uint32(len(l.lanes))] <- d:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// Close waits for the queued deliveries to be handled (or dropped, when the
-// context of Start ended) and stops the lanes.
-func (l *Lanes) Close() {
-	for _, lane := range l.lanes {
-		close(lane)
-	}
-	l.workers.Wait()
 }
 
 // attempt1 runs fn once, told to the observer.
@@ -139,31 +95,70 @@ func Handle(ctx context.Context, cfg Config, d Delivery, fn func(context.Context
 	if ctx.Err() != nil {
 		return
 	}
-	m := d.Message()
-	log := cfg.Logger.With(slog.String("consumer", cfg.Consumer), slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
-	attempt := max(d.Attempt(), 1)
-	retry := backoff.NewJittered(cfg.BackoffBase, cfg.BackoffMax)
+	h := newHandling(cfg, d)
 	for {
-		err := attempt1(ctx, cfg, m, fn)
-		if err == nil {
-			if err := d.Ack(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("outbox consumer: acknowledgement failed; the message will come again and the inbox skip it", slog.Any("error", err))
-			}
+		wait, again := h.try(ctx, fn)
+		if !again || !sleep(ctx, wait) {
 			return
 		}
-		if ctx.Err() != nil {
-			return
+	}
+}
+
+// handling is a delivery on its way through its attempts.
+type handling struct {
+	attempt  int // the attempt try runs next, counting the broker's earlier ones
+	cfg      Config
+	d        Delivery
+	failures int // failed attempts in this process, which set the pause
+	log      *slog.Logger
+	m        outbox.Message
+}
+
+func newHandling(cfg Config, d Delivery) *handling {
+	m := d.Message()
+	return &handling{attempt: max(d.Attempt(), 1), cfg: cfg, d: d, m: m,
+		log: cfg.Logger.With(slog.String("consumer", cfg.Consumer), slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))}
+}
+
+// try runs one attempt. When it failed and may be tried again it returns
+// again and the pause to take first (jittered), having told the broker the
+// message is still being worked on; otherwise d was acknowledged or parked,
+// or ctx ended with d unacknowledged. The pause is the caller's to take, so
+// that the lanes spend it without holding a worker.
+func (h *handling) try(ctx context.Context, fn func(context.Context, outbox.Message) error) (wait time.Duration, again bool) {
+	err := attempt1(ctx, h.cfg, h.m, fn)
+	if err == nil {
+		if err := h.d.Ack(ctx); err != nil && ctx.Err() == nil {
+			h.log.Warn("outbox consumer: acknowledgement failed; the message will come again and the inbox skip it", slog.Any("error", err))
 		}
-		if outbox.IsPermanent(err) || attempt >= cfg.MaxDeliver {
-			park(ctx, cfg, log, d, m, attempt, err)
-			return
-		}
-		log.Warn("outbox consumer: handler failed; retrying", slog.Int("attempt", attempt), slog.Duration("retry_in", retry.Next()), slog.Any("error", err))
-		d.Working()
-		if !retry.Sleep(ctx, nil) {
-			return
-		}
-		attempt++
+		return 0, false
+	}
+	if ctx.Err() != nil {
+		return 0, false
+	}
+	if outbox.IsPermanent(err) || h.attempt >= h.cfg.MaxDeliver {
+		park(ctx, h.cfg, h.log, h.d, h.m, h.attempt, err)
+		return 0, false
+	}
+	h.failures++
+	pause := backoff.Cap(h.cfg.BackoffBase, h.cfg.BackoffMax, h.failures)
+	h.log.Warn("outbox consumer: handler failed; retrying", slog.Int("attempt", h.attempt), slog.Duration("retry_in", pause), slog.Any("error", err))
+	h.d.Working()
+	h.attempt++
+	// Equal jitter, as backoff.NewJittered: keys that failed together do
+	// not come back together.
+	return pause/2 + rand.N(pause/2+1), true
+}
+
+// sleep waits for d, or less if ctx ends first; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -214,83 +209,5 @@ func park(ctx context.Context, cfg Config, log *slog.Logger, d Delivery, m outbo
 	}
 	if err := d.Ack(ctx); err != nil && ctx.Err() == nil {
 		log.Warn("outbox consumer: acknowledgement of a parked message failed; the message will come again", slog.Any("error", err))
-	}
-}
-
-// retried is a parked message brought back by RetryParked: acknowledging it
-// unparks it, parking it parks it again.
-type retried struct {
-	cfg Config
-	m   outbox.Message
-}
-
-func (r *retried) Message() outbox.Message { return r.m }
-func (r *retried) Attempt() int            { return 1 }
-func (r *retried) Working()                {}
-
-func (r *retried) Ack(ctx context.Context) error {
-	return r.cfg.Parked.Unpark(ctx, r.cfg.Consumer, r.m.ID)
-}
-
-func (r *retried) Park(ctx context.Context, attempts int, cause error) error {
-	return r.cfg.Parked.Park(ctx, r.cfg.Consumer, r.m, attempts, cause.Error())
-}
-
-// RetryParked runs until ctx ends: every cfg.RetryPoll it takes the parked
-// messages of cfg.Consumer whose retry an operator requested (`outbox inbox
-// parked retry`) and handles each with fn as Handle does, with a new round
-// of attempts: a success unparks it, a failure parks it again with the new
-// error. Retried messages are handled one at a time, outside the lanes: they
-// left their key's order when they were parked. It does nothing if
-// cfg.Parked is nil.
-func RetryParked(ctx context.Context, cfg Config, fn func(context.Context, outbox.Message) error) {
-	if cfg.Parked == nil {
-		return
-	}
-	poll := cfg.RetryPoll
-	if poll <= 0 {
-		poll = RetryPollDefault
-	}
-	log := cfg.Logger.With(slog.String("consumer", cfg.Consumer))
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
-	for {
-		for ctx.Err() == nil {
-			msgs, err := cfg.Parked.TakeRetries(ctx, cfg.Consumer, retryBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Warn("outbox consumer: reading the retries of parked messages failed; trying again at the next poll", slog.Any("error", err))
-				}
-				break
-			}
-			for _, m := range msgs {
-				log.Info("outbox consumer: retrying a parked message, as requested", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
-				Handle(ctx, cfg, &retried{cfg: cfg, m: m}, fn)
-			}
-			if len(msgs) < retryBatch {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-// StartRetrying runs RetryParked in a goroutine, if cfg.Parked is set; stop
-// ends it and waits for it (a message it was handling stays parked, its
-// request taken: retry it again).
-func StartRetrying(ctx context.Context, cfg Config, fn func(context.Context, outbox.Message) error) (stop func()) {
-	if cfg.Parked == nil {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	var done sync.WaitGroup
-	done.Go(func() { RetryParked(ctx, cfg, fn) })
-	return func() {
-		cancel()
-		done.Wait()
 	}
 }
