@@ -94,9 +94,28 @@ func TestBackoffCapDoublesFromBaseUpToMax(t *testing.T) {
 	if got := BackoffCap(base, time.Hour, 200); got != time.Hour {
 		t.Errorf("BackoffCap(attempt 200) = %v, want the max without overflow", got)
 	}
-	for range 1000 {
-		if d := fullJitter(base, max, 3); d < 0 || d > 4*time.Second {
-			t.Fatalf("fullJitter(attempt 3) = %v, want within [0, 4s]", d)
+	checkFullJitter(t, base, max, 3, 1000)
+}
+
+// checkFullJitter draws n delays after attempt and fails unless they lie
+// within [0, cap] and spread over it: some in each quarter, so neither a
+// fixed delay (no jitter), nor none (no backoff), nor a delay drawn from
+// part of the range only passes. A false failure needs all n draws to miss
+// one quarter: 4·(3/4)^n, under 1e-120 for n = 1000.
+func checkFullJitter(t *testing.T, base, max time.Duration, attempt, n int) {
+	t.Helper()
+	c := BackoffCap(base, max, attempt)
+	var quarters [4]int
+	for range n {
+		d := fullJitter(base, max, attempt)
+		if d < 0 || d > c {
+			t.Fatalf("fullJitter(%v, %v, attempt %d) = %v, want within [0, %v]", base, max, attempt, d, c)
+		}
+		quarters[min(int(4*float64(d)/float64(c)), 3)]++
+	}
+	for q, k := range quarters {
+		if k == 0 {
+			t.Fatalf("fullJitter(%v, %v, attempt %d): of %d delays, %v fell in the quarters of [0, %v]; none in quarter %d, want them uniform over the range", base, max, attempt, n, quarters, c, q+1)
 		}
 	}
 }

@@ -186,4 +186,18 @@ func checkUsableConfig(t *testing.T, in, c Config, wait time.Duration) {
 		}
 		prev = capped
 	}
+	// And drawn over the whole range below the cap, not fixed: of 64 draws
+	// some lie in each half (a false failure: 2·2^-64).
+	for _, attempt := range []int{1, min(c.MaxAttempts, 70)} {
+		capped := BackoffCap(c.BackoffBase, c.BackoffMax, attempt)
+		low, high := false, false
+		for range 64 {
+			d := fullJitter(c.BackoffBase, c.BackoffMax, attempt)
+			low = low || d <= capped/2
+			high = high || d > capped/2
+		}
+		if !low || !high {
+			t.Fatalf("backoff %v..%v: attempt %d draws its delays only in the %s half of [0, %v]; want full jitter", c.BackoffBase, c.BackoffMax, attempt, map[bool]string{true: "lower", false: "upper"}[low], capped)
+		}
+	}
 }
