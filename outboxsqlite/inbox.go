@@ -24,11 +24,11 @@ const InboxTableDefault = "processed_messages"
 // outbox.Inbox: processed_messages(consumer, message_id, processed_at,
 // outgoing), one row per consumer and message, in the database file of a
 // Store. processed_at is when the message's effects were complete: its
-// handling committed and, if the handler wrote messages to the Store's
-// outbox table (listed in outgoing, a JSON array, until then), they were all
-// published. Beside it, processed_messages_parked keeps the messages
-// consumers parked (outbox.ParkStore), for `outbox inbox parked` to list
-// and retry. Its
+// handling committed and, if the handler wrote messages to outbox tables
+// of the file (listed in outgoing, a JSON array, with the tables still
+// awaited in outbox_tables, until then), they were all published. Beside
+// it, processed_messages_parked keeps the messages consumers parked
+// (outbox.ParkStore), for `outbox inbox parked` to list and retry. Its
 // transactions are the Store's (RunInTx), so they wait for SQLite's write
 // lock the same way. It is safe for concurrent use.
 type InboxTable struct {
@@ -38,10 +38,14 @@ type InboxTable struct {
 	create   string
 	addCols  map[string]string // column -> the ALTER TABLE that adds it to a table of an older release
 	mark     string            // ?1 consumer, ?2 id, ?3 now in microseconds
-	outgoing string            // ?1 consumer, ?2 id, ?3 JSON array of ids
-	settle   string            // ?1 now in microseconds, ?2 limit
+	outgoing string            // ?1 consumer, ?2 id, ?3 JSON array of ids, ?4 outbox table
+	waiting  string            // the outbox tables that records wait for
+	settled  string            // ?1 now in microseconds, ?2 limit
 	purge    string            // ?1 before in microseconds, ?2 limit
 	stats    string            // ?1 now in microseconds
+
+	// awaited gives, in SQL, the outbox tables record r waits for.
+	awaited func(r string) string
 
 	parked parkedStatements // on the parked table beside it
 }
@@ -71,6 +75,12 @@ func NewInboxTable(store *Store, table string) (*InboxTable, error) {
 		return nil, err
 	}
 	q := set.qTable
+	// A record of a release before outbox_tables waited for the Store's
+	// table only, and still does. The name is a checked identifier: safe
+	// in a string literal.
+	awaited := func(r string) string {
+		return `coalesce(` + r + `.outbox_tables, json_array('` + store.Name() + `'))`
+	}
 	return &InboxTable{
 		store:  store,
 		name:   "main." + table,
@@ -84,31 +94,36 @@ func NewInboxTable(store *Store, table string) (*InboxTable, error) {
 	processed_at INTEGER NOT NULL,
 	outgoing     TEXT    NULL,
 	duplicates   INTEGER NOT NULL DEFAULT 0,
+	outbox_tables TEXT   NULL,
 	PRIMARY KEY (consumer, message_id)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_processed_at_idx") + ` ON ` + q + ` (processed_at);
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(table+"_outgoing_idx") + ` ON ` + q + ` (processed_at) WHERE outgoing IS NOT NULL;
 ` + parked.create,
 		addCols: map[string]string{
-			"outgoing":   `ALTER TABLE ` + q + ` ADD COLUMN outgoing TEXT NULL`,
-			"duplicates": `ALTER TABLE ` + q + ` ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0`,
+			"outgoing":      `ALTER TABLE ` + q + ` ADD COLUMN outgoing TEXT NULL`,
+			"duplicates":    `ALTER TABLE ` + q + ` ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0`,
+			"outbox_tables": `ALTER TABLE ` + q + ` ADD COLUMN outbox_tables TEXT NULL`,
 		},
+		awaited: awaited,
 		// A duplicate is counted on its record (`outbox inbox status`, the
 		// console): a count of 0 means the statement inserted the record.
 		mark: `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?1, ?2, ?3)
 ON CONFLICT (consumer, message_id) DO UPDATE SET duplicates = duplicates + 1
 RETURNING duplicates`,
+		// outbox_tables lists every table the record waits for, a JSON
+		// array of names.
 		outgoing: `UPDATE ` + q + ` SET outgoing = (SELECT json_group_array(value) FROM (
-	SELECT value FROM json_each(coalesce(outgoing, '[]')) UNION ALL SELECT value FROM json_each(?3)))
+	SELECT value FROM json_each(coalesce(outgoing, '[]')) UNION ALL SELECT value FROM json_each(?3))),
+	outbox_tables = CASE WHEN EXISTS (SELECT 1 FROM json_each(coalesce(outbox_tables, '[]')) WHERE value = ?4) THEN outbox_tables
+		ELSE json_insert(coalesce(outbox_tables, '[]'), '$[#]', ?4) END
 WHERE consumer = ?1 AND message_id = ?2`,
-		// A record's effects are complete when none of its outgoing
-		// messages is left unpublished (pending, or dead: a dead letter
-		// may yet be retried); its countdown starts now.
-		settle: `UPDATE ` + q + ` SET outgoing = NULL, processed_at = ?1 WHERE (consumer, message_id) IN (
-	SELECT r.consumer, r.message_id FROM ` + q + ` AS r
-	WHERE r.outgoing IS NOT NULL
-		AND NOT EXISTS (SELECT 1 FROM json_each(r.outgoing) AS j JOIN ` + store.set.qTable + ` AS o ON o.id = j.value WHERE o.status <> 'published')
-	ORDER BY r.processed_at LIMIT ?2)`,
+		waiting: `SELECT DISTINCT j.value FROM ` + q + ` AS r, json_each(` + awaited("r") + `) AS j WHERE r.outgoing IS NOT NULL`,
+		// A record's effects are complete when it waits for no outbox
+		// table any more; its countdown starts now.
+		settled: `UPDATE ` + q + ` SET outgoing = NULL, outbox_tables = NULL, processed_at = ?1 WHERE (consumer, message_id) IN (
+	SELECT consumer, message_id FROM ` + q + ` WHERE outgoing IS NOT NULL AND json_array_length(outbox_tables) = 0
+	ORDER BY processed_at LIMIT ?2)`,
 		stats: `SELECT consumer, count(*), count(outgoing), sum(duplicates), ?1 - min(processed_at) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
 		purge: `DELETE FROM ` + q + ` WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` WHERE outgoing IS NULL AND processed_at < ?1 ORDER BY processed_at LIMIT ?2)`,
@@ -169,20 +184,19 @@ func (t *InboxTable) MarkProcessed(ctx context.Context, tx *sql.Tx, consumer str
 }
 
 // RecordOutgoing notes, in tx, that handling message id wrote the messages
-// ids to the outbox table named table: the record is kept until they are
-// published. The table must be the Store's, the one the inbox table
-// watches.
+// ids to the outbox table named table ("main.<table>", a Store's Name), in
+// the same database file: the record is kept until they are published. A
+// handler that writes to several outbox tables calls it once per table; the
+// record then waits for the messages of every one.
 func (t *InboxTable) RecordOutgoing(ctx context.Context, tx *sql.Tx, consumer string, id uuid.UUID, table string, ids []uuid.UUID) error {
-	if table != t.store.Name() {
-		// Another outbox table of the file: its messages go out through
-		// their relay; the record's countdown waits for the Store's only.
-		return nil
+	if _, err := settleStatement(t.quoted(), t.awaited, table); err != nil {
+		return err
 	}
 	list, err := json.Marshal(ids)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, t.outgoing, consumer, id.String(), string(list)); err != nil {
+	if _, err := tx.ExecContext(ctx, t.outgoing, consumer, id.String(), string(list), table); err != nil {
 		return fmt.Errorf("outboxsqlite: record the outgoing messages of %s in inbox %s: %w", id, t.name, err)
 	}
 	return nil
@@ -192,7 +206,9 @@ func (t *InboxTable) RecordOutgoing(ctx context.Context, tx *sql.Tx, consumer st
 // messages have all been published, then deletes up to limit records whose
 // effects were complete more than olderThan ago, oldest first, and returns
 // how many it deleted; call it until it returns less than limit. A record
-// whose outgoing messages are pending is never deleted. A message
+// whose outgoing messages are pending, in any outbox table, is never
+// deleted; an outbox table it cannot read keeps its records and is
+// reported in the error, after the others were purged. A message
 // redelivered after its record is gone is applied again, so keep records
 // far longer than the broker redelivers (outbox.InboxRetentionDefault, 14
 // days).
@@ -203,9 +219,11 @@ func (t *InboxTable) PurgeProcessed(ctx context.Context, olderThan time.Duration
 	if olderThan < 0 {
 		return 0, fmt.Errorf("outboxsqlite: purge inbox %s: age %v must not be negative", t.name, olderThan)
 	}
+	var settleErr error
 	err = t.store.RunInTx(ctx, func(tx *sql.Tx) error {
 		now := time.Now().UnixMicro()
-		if _, err := tx.ExecContext(ctx, t.settle, now, limit); err != nil {
+		var err error
+		if settleErr, err = t.settle(ctx, tx, now, limit); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, t.purge, now-olderThan.Microseconds(), limit)
@@ -218,6 +236,10 @@ func (t *InboxTable) PurgeProcessed(ctx context.Context, olderThan time.Duration
 	})
 	if err != nil {
 		return 0, fmt.Errorf("outboxsqlite: purge inbox %s: %w", t.name, err)
+	}
+	if settleErr != nil {
+		// The purge went on; the records waiting for those tables stay.
+		return n, fmt.Errorf("outboxsqlite: purge inbox %s: deleted %d, but: %w", t.name, n, settleErr)
 	}
 	return n, nil
 }

@@ -6,12 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
-	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
 var _ outbox.OutgoingReader = (*InboxTable)(nil)
@@ -21,8 +19,7 @@ var _ outbox.OutgoingReader = (*InboxTable)(nil)
 // seen published (see outbox.OutgoingReader).
 func (t *InboxTable) Outgoing(ctx context.Context, consumer string, id uuid.UUID) (table string, ids []uuid.UUID, err error) {
 	var outgoing sql.NullString
-	q := sqlident.Quote(strings.TrimPrefix(t.name, "main."))
-	err = t.store.DB().QueryRowContext(ctx, `SELECT outgoing FROM `+q+` WHERE consumer = ?1 AND message_id = ?2`, consumer, id.String()).Scan(&outgoing)
+	err = t.store.DB().QueryRowContext(ctx, `SELECT outgoing FROM `+t.quoted()+` WHERE consumer = ?1 AND message_id = ?2`, consumer, id.String()).Scan(&outgoing)
 	if errors.Is(err, sql.ErrNoRows) || err == nil && !outgoing.Valid {
 		return "", nil, nil
 	}
