@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -89,12 +90,17 @@ func FromRecord(r *kgo.Record) (outbox.Message, error) {
 // transaction committed, so a crash in between means a redelivery that the
 // inbox skips. The records of one partition are handled one after the
 // other, so the order of a key (which picks the partition) holds; partitions
-// are handled concurrently. A failing record is retried in place and, after
-// cfg.MaxDeliver attempts, parked in cfg.DeadLetterTopic or cfg.Parked; while
-// it cannot be written there (the topic is missing, the broker or the
-// database refuses), it is tried again with the same backoff and its
-// partition waits: no later offset of the partition is committed before it.
-// opts configure the client (TLS, SASL...).
+// are handled concurrently, each at its own pace. A failing record is
+// retried in place and, after cfg.MaxDeliver attempts, parked in
+// cfg.DeadLetterTopic or cfg.Parked; while it cannot be written there (the
+// topic is missing, the broker or the database refuses), it is tried again
+// with the same backoff. Either way it holds back its own partition only:
+// no later offset of that partition is committed before it, while the other
+// partitions go on being handled and committed. A partition held back keeps
+// at most a few hundred fetched records; past that its fetching pauses
+// until it moves. opts configure the client (TLS, SASL...); they must not
+// set the OnPartitionsRevoked or OnPartitionsLost callbacks, which Consume
+// uses to stop handling a partition before another member takes it.
 func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error, opts ...kgo.Opt) error {
 	switch {
 	case cfg.Group == "":
@@ -116,7 +122,10 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	client, err := kgo.NewClient(append([]kgo.Opt{
+	lanes := consume.Config{Consumer: cfg.Group, MaxDeliver: cfg.MaxDeliver, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
+		Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked}
+	ps := &partitions{cfg: cfg, fn: fn, lanes: lanes, running: map[topicPartition]*partition{}}
+	client, err := kgo.NewClient(append(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics...),
@@ -124,14 +133,21 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 		// Offsets are committed for the records marked, and a record is
 		// marked only once handled.
 		kgo.AutoCommitMarks(),
+		// Records are handed to the partitions' queues between a poll
+		// and AllowRebalance, so none reaches the queue of a partition
+		// being revoked.
 		kgo.BlockRebalanceOnPoll(),
-	}, opts...)...)
+	}, opts...),
+		// After opts: a partition must stop being handled here before
+		// another member of the group gets it.
+		kgo.OnPartitionsRevoked(ps.revoked),
+		kgo.OnPartitionsLost(ps.lost),
+	)...)
 	if err != nil {
 		return fmt.Errorf("outboxkafka: consumer group %s: %w", cfg.Group, err)
 	}
 	defer client.Close()
-	lanes := consume.Config{Consumer: cfg.Group, MaxDeliver: cfg.MaxDeliver, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
-		Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked}
+	ps.client = client
 	stopRetrying := consume.StartRetrying(ctx, lanes, fn)
 	defer stopRetrying()
 	for {
@@ -144,43 +160,14 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 				cfg.Logger.Warn("outboxkafka: consumer fetch failed; going on", slog.String("consumer", cfg.Group), slog.String("kafka_topic", topic), slog.Int("partition", int(partition)), slog.Any("error", err))
 			}
 		})
-		var partitions sync.WaitGroup
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			partitions.Go(func() {
-				for _, r := range p.Records {
-					if ctx.Err() != nil {
-						return
-					}
-					d := &consumed{backoffBase: cfg.BackoffBase, backoffMax: cfg.BackoffMax, client: client, deadLetters: cfg.DeadLetterTopic,
-						log: cfg.Logger.With(slog.String("consumer", cfg.Group)), r: r}
-					m, err := FromRecord(r)
-					if err != nil {
-						if d.deadLetters == "" {
-							cfg.Logger.Error("outboxkafka: record skipped: not an outbox message (set DeadLetterTopic to keep such records)", slog.String("consumer", cfg.Group), slog.Any("error", err))
-							_ = d.Ack(ctx)
-							continue
-						}
-						cfg.Logger.Error("outboxkafka: record parked: not an outbox message", slog.String("consumer", cfg.Group), slog.Any("error", err))
-						if err := d.park(ctx, err.Error()); err != nil {
-							return // the context ended: not marked, the rest of the partition waits
-						}
-						continue
-					}
-					d.m = m
-					consume.Handle(ctx, lanes, d, fn)
-					// Handle returns with d neither acknowledged nor parked
-					// only when the context ended (parking retries until
-					// then): marking a later record would commit an offset
-					// past this one, and it would never come again.
-					if !d.done {
-						return // not marked: the rest of the partition waits
-					}
-				}
-			})
+			ps.push(ctx, p.Topic, p.Partition, p.Records)
 		})
-		partitions.Wait()
 		client.AllowRebalance()
 	}
+	// The partitions' contexts ended with ctx: wait for their handlers, so
+	// that what they finished is marked before the last commit.
+	ps.stop(nil)
 	// A poll blocks rebalances until AllowRebalance; leaving the group is
 	// one. Commit what was handled before leaving.
 	client.AllowRebalance()
@@ -190,6 +177,174 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 		cfg.Logger.Warn("outboxkafka: committing the last offsets failed; those records come again and the inbox skips them", slog.String("consumer", cfg.Group), slog.Any("error", err))
 	}
 	return nil
+}
+
+// pauseAt is how many records a partition's queue holds before its fetching
+// pauses (a failing record holds them back); it resumes once the queue is
+// down to half. Records the client had fetched for it by then are fetched
+// again after the pause.
+const pauseAt = 512
+
+// partitions runs one goroutine per assigned partition, each handling its
+// partition's records one after the other, so that a record retrying holds
+// back its own partition and no other.
+type partitions struct {
+	cfg    ConsumerConfig
+	client *kgo.Client
+	fn     func(ctx context.Context, m outbox.Message) error
+	lanes  consume.Config
+
+	mu      sync.Mutex
+	running map[topicPartition]*partition
+}
+
+type topicPartition struct {
+	partition int32
+	topic     string
+}
+
+// partition is the queue of one partition's fetched records and the
+// goroutine that handles them.
+type partition struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	tp     topicPartition
+	wake   chan struct{} // a record was queued
+
+	mu     sync.Mutex
+	paused bool
+	queue  []*kgo.Record
+}
+
+// push queues records behind those of their partition, starting its
+// goroutine if it has none, and pauses its fetching when the queue is long.
+func (ps *partitions) push(ctx context.Context, topic string, number int32, records []*kgo.Record) {
+	if len(records) == 0 {
+		return
+	}
+	tp := topicPartition{partition: number, topic: topic}
+	ps.mu.Lock()
+	p := ps.running[tp]
+	if p == nil {
+		pctx, cancel := context.WithCancel(ctx)
+		p = &partition{cancel: cancel, done: make(chan struct{}), tp: tp, wake: make(chan struct{}, 1)}
+		ps.running[tp] = p
+		go ps.run(pctx, p)
+	}
+	ps.mu.Unlock()
+	p.mu.Lock()
+	p.queue = append(p.queue, records...)
+	pause := !p.paused && len(p.queue) >= pauseAt
+	p.paused = p.paused || pause
+	p.mu.Unlock()
+	if pause {
+		ps.client.PauseFetchPartitions(map[string][]int32{topic: {number}})
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run handles p's records in order until its context ends (Consume ends,
+// or the partition was revoked or lost); a record left unhandled then
+// holds back the rest, unmarked, for whoever owns the partition next.
+func (ps *partitions) run(ctx context.Context, p *partition) {
+	defer close(p.done)
+	for {
+		p.mu.Lock()
+		var r *kgo.Record
+		if len(p.queue) > 0 {
+			r = p.queue[0]
+			p.queue[0] = nil
+			p.queue = p.queue[1:]
+		}
+		resume := p.paused && len(p.queue) <= pauseAt/2
+		p.paused = p.paused && !resume
+		p.mu.Unlock()
+		if resume {
+			ps.client.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
+		}
+		if r == nil {
+			select {
+			case <-p.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		if !ps.handle(ctx, r) {
+			return
+		}
+	}
+}
+
+// handle hands r to fn through consume.Handle, or parks it if it is not an
+// outbox message. It reports whether r was marked (handled or parked); it
+// was not only when ctx ended: marking a later record would then commit an
+// offset past r, and r would never come again.
+func (ps *partitions) handle(ctx context.Context, r *kgo.Record) bool {
+	cfg := ps.cfg
+	d := &consumed{backoffBase: cfg.BackoffBase, backoffMax: cfg.BackoffMax, client: ps.client, deadLetters: cfg.DeadLetterTopic,
+		log: cfg.Logger.With(slog.String("consumer", cfg.Group)), r: r}
+	if ctx.Err() != nil {
+		return false
+	}
+	m, err := FromRecord(r)
+	if err != nil {
+		if d.deadLetters == "" {
+			cfg.Logger.Error("outboxkafka: record skipped: not an outbox message (set DeadLetterTopic to keep such records)", slog.String("consumer", cfg.Group), slog.Any("error", err))
+			_ = d.Ack(ctx)
+			return true
+		}
+		cfg.Logger.Error("outboxkafka: record parked: not an outbox message", slog.String("consumer", cfg.Group), slog.Any("error", err))
+		return d.park(ctx, err.Error()) == nil
+	}
+	d.m = m
+	consume.Handle(ctx, ps.lanes, d, ps.fn)
+	// Handle returns with d neither acknowledged nor parked only when the
+	// context ended (parking retries until then).
+	return d.done
+}
+
+// stop ends the goroutines of the partitions of which (all when nil) and
+// waits for them, a handler under way included; their queued records are
+// dropped unmarked and fetching them resumes, for whoever owns them next.
+func (ps *partitions) stop(which map[string][]int32) {
+	ps.mu.Lock()
+	var stopping []*partition
+	for tp, p := range ps.running {
+		if which == nil || slices.Contains(which[tp.topic], tp.partition) {
+			stopping = append(stopping, p)
+			delete(ps.running, tp)
+		}
+	}
+	ps.mu.Unlock()
+	for _, p := range stopping {
+		p.cancel()
+	}
+	for _, p := range stopping {
+		<-p.done
+		if p.paused { // run has returned: p is no longer shared
+			ps.client.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
+		}
+	}
+}
+
+// revoked stops the revoked partitions' handling, then commits what they
+// marked: the member that gets them next starts after it.
+func (ps *partitions) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	ps.stop(revoked)
+	if err := cl.CommitMarkedOffsets(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		ps.cfg.Logger.Warn("outboxkafka: committing the offsets of revoked partitions failed; their records come again and the inbox skips them",
+			slog.String("consumer", ps.cfg.Group), slog.Any("error", err))
+	}
+}
+
+// lost stops the lost partitions' handling; their offsets cannot be
+// committed any more.
+func (ps *partitions) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	ps.stop(lost)
 }
 
 // consumed is a Kafka record for consume.Handle.

@@ -1,0 +1,127 @@
+package outboxkafka_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/kafkatest"
+	"github.com/go-outbox/outbox/outboxkafka"
+)
+
+// produceTo writes one outbox record of key to partition of topic and
+// returns its id.
+func produceTo(t *testing.T, c *kafkatest.Cluster, topic string, partition int32, key string) uuid.UUID {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Seeds()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	id := uuid.Must(uuid.NewV7())
+	r := &kgo.Record{Topic: topic, Partition: partition, Key: []byte(key), Value: []byte(key),
+		Headers: []kgo.RecordHeader{{Key: outboxkafka.HeaderID, Value: []byte(id.String())}}}
+	if err := cl.ProduceSync(ctxTimeout(t, 30*time.Second), r).FirstErr(); err != nil {
+		t.Fatalf("produce to %s/%d: %v", topic, partition, err)
+	}
+	return id
+}
+
+// A record of partition 0 keeps failing and is retried; records written to
+// partition 1 meanwhile are handled and their offsets committed, while
+// partition 0's offset stays before the failing record. Before the fix every
+// partition waited for the failing one: a poll's records were all handled
+// before the next poll.
+func TestARetryingRecordHoldsBackOnlyItsOwnPartition(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t)
+	topic, dead := c.Topic(t, 2, nil), c.Topic(t, 1, nil)
+	cfg := outboxkafka.ConsumerConfig{Group: "billing-" + uuid.NewString()[:8], Topics: []string{topic}, DeadLetterTopic: dead,
+		MaxDeliver: 1 << 30, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	poison := produceTo(t, c, topic, 0, "a")
+
+	var (
+		mu       sync.Mutex
+		healed   bool
+		failures int
+		handled  = map[uuid.UUID]bool{}
+	)
+	failing := make(chan struct{})
+	fn := func(_ context.Context, m outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.ID == poison && !healed {
+			if failures++; failures == 1 {
+				close(failing)
+			}
+			return errors.New("poison")
+		}
+		handled[m.ID] = true
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- outboxkafka.Consume(ctx, c.Seeds(), cfg, fn, kgo.FetchMaxWait(100*time.Millisecond), kgo.AutoCommitInterval(100*time.Millisecond))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Consume: %v", err)
+		}
+	})
+	select {
+	case <-failing:
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out waiting for the first attempt at partition 0's record")
+	}
+
+	var others []uuid.UUID
+	for range 3 {
+		others = append(others, produceTo(t, c, topic, 1, "b"))
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		committed := committedOffsets(t, c, cfg.Group, topic)
+		if committed[1] == int64(len(others)) {
+			if committed[0] > 0 {
+				t.Fatalf("partition 0 committed at %d past its failing record", committed[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("partition 1 committed at %d, want %d, while partition 0's record failed %d time(s); partition 1's records handled: %v",
+				committed[1], len(others), failures, countHandled(handled, others))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	stillFailing := !healed
+	healed = true
+	mu.Unlock()
+	if !stillFailing {
+		t.Fatal("partition 0's record recovered before partition 1 was committed")
+	}
+	eventually(t, "partition 0's record handled and committed", func() bool {
+		return committedOffsets(t, c, cfg.Group, topic)[0] == 1
+	})
+}
+
+func countHandled(handled map[uuid.UUID]bool, ids []uuid.UUID) int {
+	n := 0
+	for _, id := range ids {
+		if handled[id] {
+			n++
+		}
+	}
+	return n
+}
