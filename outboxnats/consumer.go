@@ -2,7 +2,6 @@ package outboxnats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -125,57 +124,40 @@ func FromMsg(msg jetstream.Msg) (outbox.Message, error) {
 // is retried in place (its key waits, so key order holds) with a backoff,
 // and parked after cfg.MaxDeliver attempts: terminated on the server, or
 // written to cfg.Parked.
+//
+// Consume creates (or updates) the durable consumer, so it owns it: if the
+// consumer is deleted on the server, Consume creates it again and goes on
+// (the stream's stored messages then come again from the first; the inbox
+// skips those already applied). A missing stream is logged at ERROR level
+// (at most once per ConfigErrorLogInterval) and waited for; the return to
+// normal is logged at INFO level. Consume returns an error only when it
+// cannot go on: the connection is closed for good (the error matches
+// nats.ErrConnectionClosed: connect again and call Consume again), or the
+// server refuses the consumer's configuration (a *jetstream.APIError with
+// code 400, such as a durable of that name made with another deliver
+// policy). See docs/consumers.md for the rule every consumer adapter
+// follows.
 func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return err
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       cfg.Durable,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		FilterSubject: cfg.FilterSubject,
-		// The consumer counts attempts itself and parks; the server only
-		// bounds what is unacknowledged.
-		MaxAckPending: cfg.Concurrency * 32,
-	})
-	if err != nil {
-		return fmt.Errorf("outboxnats: consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(cfg.Concurrency * 16))
-	if err != nil {
-		return fmt.Errorf("outboxnats: consumer %s on stream %s: %w", cfg.Durable, cfg.Stream, err)
-	}
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
-
 	lanesCfg := consume.Config{
 		Consumer: cfg.Durable, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked,
 	}
+	// When Consume gives up (a connection closed for good), the messages
+	// queued in the lanes could not be acknowledged anyway: stop them.
+	ctx, cancel := context.WithCancel(ctx)
 	lanes := consume.Start(ctx, lanesCfg, fn)
 	defer lanes.Close()
 	stopRetrying := consume.StartRetrying(ctx, lanesCfg, fn)
 	defer stopRetrying()
-	for {
-		msg, err := iter.Next()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			cfg.Logger.Warn("outboxnats: consumer read failed; going on", slog.String("consumer", cfg.Durable), slog.Any("error", err))
-			continue
-		}
-		m, err := FromMsg(msg)
-		if err != nil {
-			cfg.Logger.Error("outboxnats: message parked: not an outbox message", slog.String("consumer", cfg.Durable), slog.Any("error", err))
-			_ = msg.TermWithReason("not an outbox message")
-			continue
-		}
-		if !lanes.Submit(ctx, &delivery{msg: msg, m: m}) {
-			return nil // unacknowledged: the server delivers it again
-		}
-	}
+	defer cancel() // before the lanes close, so that they do not wait for handlers
+	r := newReader(js, cfg)
+	stopWatching := r.watchConnection()
+	defer stopWatching()
+	return r.run(ctx, lanes)
 }
 
 // delivery is a JetStream message for the consumer lanes.

@@ -75,4 +75,32 @@
 // nats.go, which ends the write and makes nats.go reconnect, so a batch
 // never holds the relay much past its lease; Close does the same at its
 // DrainTimeout. With New, the caller's FlusherTimeout bounds such a write.
+//
+// # Consuming
+//
+// Consume reads a stream through a durable pull consumer it creates and
+// hands each message to a handler (an outbox.Inbox's Apply, typically). It
+// follows the rule of every consumer adapter of this module
+// (docs/consumers.md): it recovers what it can by itself, logs at ERROR
+// level what needs an operator, logs at INFO level when it is back, and
+// returns only when its context ends (nil) or with an error saying why it
+// cannot go on.
+//
+//   - connection dropped, server restarted: nats.go reconnects (on a
+//     connection made with reconnection, as Dial's and natstest's are) and
+//     Consume pulls again; logged at WARN level, then INFO when back;
+//   - durable consumer deleted on the server: Consume created it, so it
+//     creates it again (WARN), and the stream's stored messages come again
+//     from the first, which the inbox skips; a consumer that vanished
+//     without notice (deleted while disconnected, or kept in memory by a
+//     server that restarted) is found when the server's heartbeats stop;
+//   - stream missing, JetStream disabled: logged at ERROR level with the
+//     fix, at most once per ConfigErrorLogInterval, and tried again with
+//     the backoff until an operator fixes it;
+//   - connection closed for good (nats.go gave up after MaxReconnects, or
+//     the application closed it, as after refused credentials): Consume
+//     returns an error matching nats.ErrConnectionClosed;
+//   - configuration the server refuses (a *jetstream.APIError with code
+//     400, such as a durable of that name with another deliver policy):
+//     Consume returns that error.
 package outboxnats
