@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -650,65 +651,113 @@ func (s *settlementSpy) SettleAndClaim(ctx context.Context, settle outboxdriver.
 	return batch, nil
 }
 
-// testKeyOrder runs two relays in key order. The first message of one key
-// fails until every message of the other keys has been published: the relays
-// must go on with the other keys meanwhile (or the test times out), and every
-// key's messages must come out in the order they were written.
+// testKeyOrder runs two relays in key order. The first message of key bad
+// is claimed alone and its publishing blocks; only then are the key's later
+// messages and those of other keys written. While the head is in flight, no
+// claim may take the key's later messages (a store that claims without key
+// order takes them at once, being older than the other keys' messages, so
+// the test fails every time against it), and the relays must go on with the
+// other keys (or the test times out). The head then fails once and is
+// retried; every key's messages must come out in the order written.
 func testKeyOrder(t *testing.T, h Harness) {
 	ctx := context.Background()
 	const (
 		goodKeys = 4
 		perKey   = 10
 	)
-	var bad []*outbox.Message
-	for i := range 5 {
-		bad = append(bad, &outbox.Message{Topic: "orders", Key: "bad", Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
-	}
-	if err := h.Write(ctx, true, bad...); err != nil {
+	head := &outbox.Message{Topic: "orders", Key: "bad", Payload: []byte(`{"n":0}`)}
+	if err := h.Write(ctx, true, head); err != nil {
 		t.Fatal(err)
+	}
+	bad := []*outbox.Message{head}
+	for i := 1; i < 5; i++ {
+		bad = append(bad, &outbox.Message{Topic: "orders", Key: "bad", Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
 	}
 	var good []*outbox.Message
 	for i := range perKey {
 		for k := range goodKeys {
 			good = append(good, &outbox.Message{Topic: "orders", Key: fmt.Sprintf("good-%d", k), Payload: fmt.Appendf(nil, `{"n":%d}`, i)})
 		}
-		// One transaction per round, so the keys' messages interleave.
-		if err := h.Write(ctx, true, good[len(good)-goodKeys:]...); err != nil {
-			t.Fatal(err)
-		}
 	}
-
-	rec := NewRecorder()
-	goodPublished := map[uuid.UUID]bool{} // Fail runs under the recorder's lock
-	failures := 0
-	rec.Fail = func(m outbox.Message) error {
-		if m.Key != "bad" {
-			goodPublished[m.ID] = true
-			return nil
-		}
-		if m.ID == bad[0].ID && len(goodPublished) < len(good) {
-			failures++
-			return errors.New("the destination of key bad refuses its first message")
-		}
-		return nil
-	}
-	cfg := outbox.Config{BatchSize: 5, Workers: 2, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond,
-		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 1000}
-	StartRelay(t, h.KeyOrdered, rec, cfg)
-	StartRelay(t, h.KeyOrdered, rec, cfg)
-	total := len(good) + len(bad)
-	rec.WaitFor(t, 60*time.Second, "every message, the failing key's last", func() bool { return rec.Distinct() == total })
-
+	// The ids now, in the order of writing, for the spy to read while the
+	// writes run.
 	written := map[string][]uuid.UUID{}
+	for _, m := range slices.Concat(bad[1:], good) {
+		m.ID = uuid.Must(uuid.NewV7())
+	}
 	for _, m := range append(slices.Clone(bad), good...) {
 		written[m.Key] = append(written[m.Key], m.ID)
 	}
+
+	rec := NewRecorder()
+	goodPublished := func() bool {
+		return !slices.ContainsFunc(good, func(m *outbox.Message) bool { return rec.Count(m.ID) == 0 })
+	}
+	entered := make(chan struct{})
+	var (
+		blockOnce sync.Once
+		failures  atomic.Int32
+	)
+	pub := outbox.PublisherFunc(func(ctx context.Context, batch []outbox.Message) []error {
+		if batch[0].ID != head.ID || failures.Load() > 0 {
+			return rec.Publish(ctx, batch)
+		}
+		errs := make([]error, len(batch))
+		blockOnce.Do(func() {
+			// Keep the head in flight until the other keys are done.
+			close(entered)
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			for !goodPublished() && ctx.Err() == nil {
+				select {
+				case <-ctx.Done():
+				case <-tick.C:
+				}
+			}
+		})
+		failures.Add(1)
+		for i := range errs {
+			errs[i] = errors.New("the destination of key bad refuses its first message")
+		}
+		return errs
+	})
+	spy := &keyOrderSpy{Store: h.KeyOrdered, written: written, published: rec.Count}
+	cfg := outbox.Config{BatchSize: 5, Workers: 2, PollInterval: 20 * time.Millisecond, ActivePollInterval: 5 * time.Millisecond,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond, MaxAttempts: 1000}
+	StartRelay(t, spy, pub, cfg)
+	StartRelay(t, spy, pub, cfg)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the first message of key bad, %s, was never published", head.ID)
+	}
+	// The key's later messages come first: the oldest due messages but for
+	// the head in flight.
+	if err := h.Write(ctx, true, bad[1:]...); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(good); i += goodKeys {
+		// One transaction per round, so the keys' messages interleave.
+		if err := h.Write(ctx, true, good[i:i+goodKeys]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Notify()
+	rec.WaitFor(t, 60*time.Second, "the other keys' messages while the first message of key bad is in flight", goodPublished)
+	total := len(good) + len(bad)
+	rec.WaitFor(t, 60*time.Second, "every message, the failing key's last", func() bool { return rec.Distinct() == total })
+
+	if v := spy.violations(); len(v) > 0 {
+		t.Errorf("claims took messages ahead of their key's earlier ones, which were neither published nor before them in the batch:\n%s", strings.Join(v, "\n"))
+	}
+	keyOf := map[uuid.UUID]string{}
+	for key, ids := range written {
+		for _, id := range ids {
+			keyOf[id] = key
+		}
+	}
 	published := map[string][]uuid.UUID{}
 	seen := map[uuid.UUID]bool{}
-	keyOf := map[uuid.UUID]string{}
-	for _, m := range append(slices.Clone(bad), good...) {
-		keyOf[m.ID] = m.Key
-	}
 	for _, id := range rec.Order() {
 		if !seen[id] {
 			seen[id] = true
@@ -720,9 +769,47 @@ func testKeyOrder(t *testing.T, h Harness) {
 			t.Errorf("key %s: published in the order %v; want the order written, %v", key, got, want)
 		}
 	}
-	if failures == 0 {
+	if failures.Load() == 0 {
 		t.Errorf("the first message of key bad never failed: the test did not hold it back")
 	}
+}
+
+// keyOrderSpy checks every claim against key order: a message claimed must
+// have each earlier message of its key published already or ahead of it in
+// the same batch.
+type keyOrderSpy struct {
+	outboxdriver.Store
+	written   map[string][]uuid.UUID // each key's messages in insert order
+	published func(uuid.UUID) int
+
+	mu  sync.Mutex
+	bad []string
+}
+
+func (s *keyOrderSpy) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
+	batch, err := s.Store.SettleAndClaim(ctx, settle, claim)
+	inBatch := map[uuid.UUID]bool{}
+	for _, m := range batch {
+		for _, earlier := range s.written[m.Key] {
+			if earlier == m.ID {
+				break
+			}
+			if !inBatch[earlier] && s.published(earlier) == 0 {
+				s.mu.Lock()
+				s.bad = append(s.bad, fmt.Sprintf("message %s of key %s claimed while %s, written before it, was unpublished and outside the batch", m.ID, m.Key, earlier))
+				s.mu.Unlock()
+				break
+			}
+		}
+		inBatch[m.ID] = true
+	}
+	return batch, err
+}
+
+func (s *keyOrderSpy) violations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.bad)
 }
 
 // testKeyOrderRuns writes one hot key and a few quiet ones, with a batch size
