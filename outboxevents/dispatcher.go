@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -16,8 +18,9 @@ import (
 // handler, and is the relay's Publisher for events handled in process. See
 // the package documentation.
 type Dispatcher[TTx any] struct {
-	reg   *Registry
-	store outbox.InboxStore[TTx]
+	reg    *Registry
+	store  outbox.InboxStore[TTx]
+	parked outbox.ParkStore // the store, if it keeps parked messages
 
 	mu       sync.RWMutex
 	handlers map[string][]*handler[TTx] // by event type name
@@ -44,13 +47,18 @@ type handler[TTx any] struct {
 	name  string
 	inbox *outbox.Inbox[TTx]
 	apply func(ctx context.Context, tx TTx, event any) error
+	// down is set while the handler's destination is unavailable.
+	down availability
 }
 
 var _ outbox.Publisher = (*Dispatcher[any])(nil)
 
 // NewDispatcher returns a dispatcher with no handlers, decoding with reg and
 // recording what each handler applied in store (an inbox table in the
-// database the handlers write to).
+// database the handlers write to). When store keeps parked messages
+// (outbox.ParkStore, as the outboxpg and outboxsqlite inbox tables do), a
+// handler's permanent failure parks its share of the event there, and
+// RetryParked runs it again when an operator asks.
 func NewDispatcher[TTx any](reg *Registry, store outbox.InboxStore[TTx]) (*Dispatcher[TTx], error) {
 	if reg == nil {
 		return nil, &outbox.ConfigError{Field: "outboxevents.NewDispatcher registry", Value: "nil", Fix: "pass the Registry the events were written with"}
@@ -58,7 +66,8 @@ func NewDispatcher[TTx any](reg *Registry, store outbox.InboxStore[TTx]) (*Dispa
 	if store == nil {
 		return nil, &outbox.ConfigError{Field: "outboxevents.NewDispatcher store", Value: "nil", Fix: "pass an inbox table, e.g. outboxpg.NewInboxTable or outboxsqlite.NewInboxTable"}
 	}
-	return &Dispatcher[TTx]{reg: reg, store: store, handlers: map[string][]*handler[TTx]{}, names: map[string]bool{}}, nil
+	parked, _ := store.(outbox.ParkStore)
+	return &Dispatcher[TTx]{reg: reg, store: store, parked: parked, handlers: map[string][]*handler[TTx]{}, names: map[string]bool{}}, nil
 }
 
 // Handle adds a handler named name for events of type E, which must be
@@ -97,14 +106,26 @@ func Handle[E any, TTx any](d *Dispatcher[TTx], name string, fn func(ctx context
 }
 
 // Publish applies each message of the batch with every handler of its type,
-// one message after the other. A message's result is nil when every handler
-// has applied it (now or before), a permanent error when its type is unknown
-// or its body undecodable, and otherwise retryable: the handlers' errors
-// (the retry runs only the handlers that have not applied it), or
-// ErrNewerVersion for an event written by a newer release, which a retry
-// after this process is upgraded decodes. After an event fails (retryably),
-// the batch's later events of its key are not dispatched: they are held
-// back (outbox.HeldBack), so a key's events are applied in order.
+// one message after the other. Each handler decides for its own share of
+// the event only (see the package documentation, Handlers). A message's
+// result is:
+//   - nil when every handler has applied it (now or before) or had its
+//     share parked;
+//   - a permanent error when its type is unknown or its body undecodable,
+//     or when a handler failed permanently and the inbox table keeps no
+//     parked messages;
+//   - a retryable error when a handler failed otherwise (the retry runs
+//     only the handlers that have not applied it), or ErrNewerVersion for
+//     an event written by a newer release, which a retry after this process
+//     is upgraded decodes;
+//   - held back (outbox.HeldBack, with outbox.RetryAfter) when the only
+//     failures were handlers whose destination is unavailable: no attempt
+//     counts and the relay does not pause, so the other handlers' events go
+//     on meanwhile.
+//
+// After an event fails (retryably), the batch's later events of its key are
+// not dispatched: they are held back, so a key's events are applied in
+// order.
 func (d *Dispatcher[TTx]) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))
 	failed := map[string]uuid.UUID{} // key -> its message that failed
@@ -141,17 +162,48 @@ func (d *Dispatcher[TTx]) dispatch(ctx context.Context, m outbox.Message) error 
 	d.mu.RLock()
 	handlers := d.handlers[name]
 	d.mu.RUnlock()
-	var failed []error
+	// Each handler's outcome is its own: the others still run, each
+	// applies once whatever the others do, and a retry runs only those
+	// that have not applied the event (their inbox record skips the rest).
+	var permanent, failed, unavailable []error
+	var wait time.Duration
 	for _, h := range handlers {
+		if left := h.down.left(time.Now()); left > 0 {
+			unavailable = append(unavailable, fmt.Errorf("handler %q not run: its destination was unavailable, tried again in %v", h.name, left))
+			wait = max(wait, left)
+			continue
+		}
 		_, err := h.inbox.Handle(ctx, m.ID, func(ctx context.Context, tx TTx) error { return h.apply(ctx, tx, event) })
-		if err != nil {
-			// The others still run: each applies once, whatever the
-			// others do, and the retry runs only those that failed.
+		switch {
+		case err == nil:
+			h.down.up()
+		case outbox.IsPermanent(err) && d.parked != nil:
+			if perr := d.parked.Park(ctx, h.name, m, m.Attempts+1, err.Error()); perr != nil {
+				// Retried: the handler fails again, and its share is
+				// parked then.
+				failed = append(failed, fmt.Errorf("handler %q failed for good (%v), and parking its share failed: %v", h.name, err, perr))
+			}
+		case outbox.IsPermanent(err):
+			permanent = append(permanent, fmt.Errorf("handler %q: %w", h.name, err))
+		case outbox.IsUnavailable(err):
+			// %v, not %w: the mark would make the relay pause the
+			// worker, and so every other handler, for one destination.
+			unavailable = append(unavailable, fmt.Errorf("handler %q: %v", h.name, err))
+			wait = max(wait, h.down.down(time.Now()))
+		default:
 			failed = append(failed, fmt.Errorf("handler %q: %w", h.name, err))
 		}
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("outboxevents: event %s (%s): %w", m.ID, name, errors.Join(failed...))
+	wrap := func(errs ...[]error) error {
+		return fmt.Errorf("outboxevents: event %s (%s): %w", m.ID, name, errors.Join(slices.Concat(errs...)...))
+	}
+	switch {
+	case len(permanent) > 0:
+		return outbox.Permanent(wrap(permanent, failed, unavailable))
+	case len(failed) > 0:
+		return wrap(failed, unavailable)
+	case len(unavailable) > 0:
+		return outbox.HeldBack(outbox.RetryAfter(wrap(unavailable), wait))
 	}
 	return nil
 }

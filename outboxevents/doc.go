@@ -50,10 +50,34 @@
 //
 // Each handler runs in a transaction of its own with an inbox record whose
 // consumer is the handler's name, so the handler's changes and the record
-// commit together. When one handler fails, the event is retried (with the
-// relay's backoff), and the retry runs only the handlers that have not
-// succeeded yet. The event counts as published when every handler has
-// succeeded, now or before. An event whose type no handler takes is
+// commit together, and each handler decides for its own share of the event
+// only: the others run and commit whatever it does, and a retry of the
+// event runs only the handlers that have not applied it yet (the inbox
+// record skips the others).
+//
+//   - A handler that fails (an ordinary error) makes the event retried, with
+//     the relay's backoff, counting an attempt; after MaxAttempts the event
+//     is dead-lettered, and `outbox dead retry` runs again only the handlers
+//     that have not applied it.
+//   - A handler that fails for good (outbox.Permanent) has its share parked
+//     in the inbox table's parked messages, under the handler's name; the
+//     event counts as published for the others. `outbox inbox parked list`
+//     shows it; after the fix, `outbox inbox parked retry --consumer <handler
+//     name>` asks for a retry, which a process running
+//     Dispatcher.RetryParked takes and runs with that handler alone (it also
+//     runs again if the event is retried for another handler). A parked
+//     share leaves its key's order, as a message a consumer parks does: the
+//     handler applies the key's later events meanwhile. With an inbox table
+//     that keeps no parked messages, the event is dead-lettered instead.
+//   - A handler whose destination is unavailable (outbox.Unavailable) is not
+//     run again for a pause (100 ms, doubling up to 5 s while it stays
+//     unavailable), and the events it has not applied are held back until
+//     then, counting no attempt (unless another handler of the event failed
+//     too): an outage of any length dead-letters nothing. The relay does
+//     not pause, so the other handlers' events go on.
+//
+// The event counts as published when every handler has applied it, now or
+// before, or had its share parked. An event whose type no handler takes is
 // published at once. A message whose type is not registered, or whose body
 // does not decode, is dead-lettered at once: no retry can help. So in a
 // rolling deploy that adds an event type, deploy the handlers before the

@@ -67,6 +67,8 @@ func Run[TTx any](t *testing.T, newHarness func(t *testing.T) Harness[TTx]) {
 		{"ThreeHandlersTheSecondFailingTwiceEachApplyOnce", testFailingHandler[TTx]},
 		{"UnknownTypeAndUndecodableBodyAreDeadAtOnce", testUndecodable[TTx]},
 		{"OldNameAndShapeReachTheNewHandlerThroughAliasAndUpcast", testEvolution[TTx]},
+		{"APermanentFailureParksThatHandlersShareAloneAndItsRetryRunsItAlone", testPermanentFailureParksOneHandler[TTx]},
+		{"AnUnavailableHandlerDelaysTheEventWithoutSpendingItsAttempts", testUnavailableHandlerCountsNoAttempt[TTx]},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
