@@ -81,10 +81,55 @@ func newStatements(n names, orderByKey bool, lease leaseMode) statements {
 	if lease == leaseTransaction {
 		leaseRows, limit = "DELETE FROM "+n.qTable+" AS t WHERE", "$1"
 	}
+	// With transaction leases, the rows of open claims look pending, due
+	// and free to every other transaction until the claim commits, and
+	// FOR UPDATE SKIP LOCKED finds out only when it tries to lock them.
+	// Lists cut at the batch size before locking (the key-order claim's
+	// candidates) and the idle probe must pass over them by themselves,
+	// or a second worker's claim finds only the first one's rows and comes
+	// back empty while work is free, and idle workers are sent to claim at
+	// every poll (TestConcurrentTransactionLeaseClaimsEachFindFreeWork).
+	// free(alias) tests that a row's xmax is no transaction in progress
+	// at the statement's snapshot: a row another transaction deletes,
+	// updates or locks carries that transaction's xid in xmax, and a row
+	// never touched carries 0. In progress are the xids the snapshot lists
+	// (pg_snapshot_xip) and those from its xmax on; xmax is 32 bits, so
+	// the snapshot's xids are taken modulo 2^32 and "from its xmax on" is
+	// the half of the xid circle ahead of it, as PostgreSQL compares xids.
+	// A multixact in xmax (shared row locks, which the relay never takes)
+	// may by chance look like a running xid: such a row is then put last,
+	// never taken wrongly, since the claim still locks what it takes.
+	free := func(alias string) string {
+		if lease != leaseTransaction {
+			return ""
+		}
+		m := alias + "xmax::text::bigint"
+		return " AND NOT (" + m + " = ANY(ARRAY(SELECT x::text::bigint % 4294967296 FROM pg_snapshot_xip(pg_current_snapshot()) AS x))" +
+			" OR (" + m + " <> 0 AND (" + m + " - (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint % 4294967296) + 4294967296) % 4294967296 < 2147483648))"
+	}
+	// The key-order claim's windows: the oldest and the newest due rows.
+	// With transaction leases, the first rows free of open claims, and the
+	// first rows whatever holds them: the heuristic above may take a row
+	// for held that is not, and such a row must still come to a claim
+	// (due_head puts the free ones first).
+	window := func(order string) string {
+		w := func(free string) string {
+			return `(SELECT ctid, key, available_at, id FROM {t}
+		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())` + free + `
+		ORDER BY ` + order + `
+		LIMIT least({limit}, {window}))`
+		}
+		if lease != leaseTransaction {
+			return w("")
+		}
+		return w(free("")) + "\n\tUNION\n\t" + w("")
+	}
 	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey, "{is_head}", isHead, "{lease}", leaseRows, "{limit}", limit,
+		"{oldest_window}", window("available_at, id"), "{newest_window}", window("available_at DESC, id DESC"), "{free_o}", free("o."),
 		"{walk_limit}", strconv.Itoa(outboxdriver.KeyWalkLimit), "{window}", strconv.Itoa(outboxdriver.KeyWindow),
 		"{message_columns}", messageColumns, "{claimed_columns}", strings.ReplaceAll(claimedColumns, "{t}", n.qTable), "{keys_per_claim}", strconv.Itoa(keysPerClaim))
-	sql := func(s string) string { return r.Replace(strings.TrimSpace(s)) }
+	// Twice: the windows hold placeholders of their own.
+	sql := func(s string) string { return r.Replace(r.Replace(strings.TrimSpace(s))) }
 
 	// laterDue is the wait in microseconds until the earliest due row
 	// whose lease ends or the first message due later, NULL if none.
@@ -139,7 +184,7 @@ SELECT pg_notify($8, '')`)
 SELECT CASE
 	WHEN EXISTS (
 		SELECT FROM {t} AS o WHERE status = 'pending' AND available_at <= now()
-			AND (locked_until IS NULL OR locked_until <= now())
+			AND (locked_until IS NULL OR locked_until <= now()){free_o}
 	) THEN 0
 	ELSE ` + laterDue + `
 END`)
@@ -156,7 +201,7 @@ END`)
 WITH due AS MATERIALIZED (
 	SELECT o.key, o.seq FROM {t} AS o
 	WHERE status = 'pending' AND available_at <= now()
-		AND (locked_until IS NULL OR locked_until <= now())
+		AND (locked_until IS NULL OR locked_until <= now()){free_o}
 	ORDER BY available_at, id
 	LIMIT {window}
 )
@@ -409,31 +454,23 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 ), candidate (ctid, prio) AS (
 	SELECT ctid, 3 * n + 2 FROM walk
 	UNION ALL
-	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at, id) FROM (
-		SELECT ctid, key, available_at, id FROM {t}
-		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
-		ORDER BY available_at, id
-		LIMIT least({limit}, {window})) AS oldest
+	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at, id) FROM ({oldest_window}) AS oldest
 	WHERE oldest.key = '' OR oldest.key NOT IN (SELECT key FROM walk)
 	UNION ALL
-	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at DESC, id DESC) + 1 FROM (
-		SELECT ctid, key, available_at, id FROM {t}
-		WHERE status = 'pending' AND available_at <= now() AND (locked_until IS NULL OR locked_until <= now())
-		ORDER BY available_at DESC, id DESC
-		LIMIT least({limit}, {window})) AS newest
+	SELECT ctid, 3 * row_number() OVER (ORDER BY available_at DESC, id DESC) + 1 FROM ({newest_window}) AS newest
 	WHERE newest.key = '' OR newest.key NOT IN (SELECT key FROM walk)
 ), due_head AS MATERIALIZED (
 	SELECT array_agg(d.ctid ORDER BY d.turn) AS ctids
-	FROM (SELECT o.ctid, CASE WHEN c.prio % 3 = 2
+	FROM (SELECT o.ctid, o.free, CASE WHEN c.prio % 3 = 2
 			THEN 3 * row_number() OVER (PARTITION BY c.prio % 3 = 2 ORDER BY o.available_at, c.prio) + 2
 			ELSE c.prio END AS turn
 		FROM (SELECT ctid, min(prio) AS prio FROM candidate WHERE ctid IS NOT NULL GROUP BY ctid) AS c
-		CROSS JOIN LATERAL (SELECT o.ctid, o.available_at FROM {t} AS o
+		CROSS JOIN LATERAL (SELECT o.ctid, o.available_at, true{free_o} AS free FROM {t} AS o
 			WHERE o.ctid = c.ctid AND o.status = 'pending' AND o.available_at <= now()
 				AND (o.locked_until IS NULL OR o.locked_until <= now())
 				AND (c.prio % 3 = 2 OR {is_head})
 			LIMIT 1) AS o
-		ORDER BY turn
+		ORDER BY NOT o.free, turn
 		LIMIT {limit}) AS d
 ), take AS MATERIALIZED (
 	SELECT d.n, h.ctid AS head, h.id, h.key, h.seq AS head_seq, f.ctid, f.seq, f.r, f.ok

@@ -60,7 +60,7 @@ type Harness struct {
 	// transaction instead of writing a lease (outboxpg's
 	// TransactionLeases), counts the messages such claims hold. The
 	// cases then expect what such a store does: messages in flight count
-	// as pending and due in Stats and NextDue, a release or dead letter
+	// as pending in Stats but are not due in NextDue, a release or dead letter
 	// of part of a claim shows when the claim is settled, a settlement
 	// puts back the claim's messages it does not list, and a claim
 	// whose lease ended is due again once its transaction is rolled
