@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 // KeyOrderKeeper is implemented by publishers that keep a key's order within
@@ -24,11 +26,13 @@ type KeyOrderKeeper interface {
 	KeepsKeyOrder()
 }
 
-// publishBatch hands batch to the publisher: whole, when the publisher keeps
-// key order or no key has two messages in it; in waves otherwise (see
+// publishBatch hands batch to the publisher: whole, when the store's claims
+// do not keep key order (there is no order to keep, and waves would cost a
+// round trip per message of a repeated key), when the publisher keeps key
+// order, or when no key has two messages in it; in waves otherwise (see
 // KeyOrderKeeper). The result has one error per message of batch.
 func (r *Relay) publishBatch(ctx context.Context, batch []Message) []error {
-	if _, keeps := r.pub.(KeyOrderKeeper); keeps || !hasRuns(batch) {
+	if _, keeps := r.pub.(KeyOrderKeeper); keeps || !r.claimsInKeyOrder() || !hasRuns(batch) {
 		return r.pub.Publish(ctx, batch)
 	}
 	results := make([]error, len(batch))
@@ -83,6 +87,15 @@ func (r *Relay) publishBatch(ctx context.Context, batch []Message) []error {
 		}
 	}
 	return results
+}
+
+// claimsInKeyOrder reports whether the store's claims keep key order (see
+// outboxdriver.KeyOrderClaimer); a store that cannot tell is taken to.
+func (r *Relay) claimsInKeyOrder() bool {
+	if k, ok := r.store.(outboxdriver.KeyOrderClaimer); ok {
+		return k.ClaimsInKeyOrder()
+	}
+	return true
 }
 
 // hasRuns reports whether two messages of batch share a non-empty key.

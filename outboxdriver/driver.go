@@ -149,6 +149,16 @@ type Claim struct {
 	Token uuid.UUID
 }
 
+// KeyOrderClaimer is implemented by stores that can tell whether their
+// claims keep key order (the stores' OrderByKey option). The relay sends a
+// batch whose keys repeat in waves, one message of a key per round trip,
+// only to keep the order such claims promise: a store that reports false
+// gets its batches published whole. A store that does not implement it is
+// taken to order by key, the safe guess.
+type KeyOrderClaimer interface {
+	ClaimsInKeyOrder() bool
+}
+
 // KeyWalkLimit bounds the keys that one claim in key order (a store's
 // OrderByKey option) visits to find the head of each, the oldest pending
 // message of its key: the claim walks the key index from key to key, in key

@@ -35,13 +35,14 @@ type Store struct {
 
 // The interfaces Store implements.
 var (
-	_ outboxdriver.Store         = (*Store)(nil)
-	_ outboxdriver.Admin         = (*Store)(nil)
-	_ outboxdriver.WriteListener = (*Store)(nil)
-	_ outbox.Inserter[pgx.Tx]    = (*Store)(nil)
-	_ outbox.TxRunner[pgx.Tx]    = (*Store)(nil)
-	_ outbox.Inserter[*sql.Tx]   = (*SQLWriter)(nil)
-	_ outbox.TxRunner[*sql.Tx]   = (*SQLWriter)(nil)
+	_ outboxdriver.Store           = (*Store)(nil)
+	_ outboxdriver.Admin           = (*Store)(nil)
+	_ outboxdriver.WriteListener   = (*Store)(nil)
+	_ outboxdriver.KeyOrderClaimer = (*Store)(nil)
+	_ outbox.Inserter[pgx.Tx]      = (*Store)(nil)
+	_ outbox.TxRunner[pgx.Tx]      = (*Store)(nil)
+	_ outbox.Inserter[*sql.Tx]     = (*SQLWriter)(nil)
+	_ outbox.TxRunner[*sql.Tx]     = (*SQLWriter)(nil)
 )
 
 // New returns a Store for the table opts names. It validates opts and does not
@@ -66,6 +67,10 @@ func (s *Store) logger() *slog.Logger {
 	}
 	return slog.Default()
 }
+
+// ClaimsInKeyOrder reports whether the store's claims keep key order
+// (Options.OrderByKey); see outboxdriver.KeyOrderClaimer.
+func (s *Store) ClaimsInKeyOrder() bool { return s.opts.OrderByKey }
 
 // Name returns "schema.table".
 func (s *Store) Name() string { return s.ins.name }

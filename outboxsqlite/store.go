@@ -37,11 +37,12 @@ type Store struct {
 
 // The interfaces Store implements.
 var (
-	_ outboxdriver.Store         = (*Store)(nil)
-	_ outboxdriver.Admin         = (*Store)(nil)
-	_ outboxdriver.WriteListener = (*Store)(nil)
-	_ outbox.Inserter[*sql.Tx]   = (*Store)(nil)
-	_ outbox.TxRunner[*sql.Tx]   = (*Store)(nil)
+	_ outboxdriver.Store           = (*Store)(nil)
+	_ outboxdriver.Admin           = (*Store)(nil)
+	_ outboxdriver.WriteListener   = (*Store)(nil)
+	_ outboxdriver.KeyOrderClaimer = (*Store)(nil)
+	_ outbox.Inserter[*sql.Tx]     = (*Store)(nil)
+	_ outbox.TxRunner[*sql.Tx]     = (*Store)(nil)
 )
 
 // New returns a Store for the table opts names, on a *sql.DB the caller
@@ -69,6 +70,10 @@ func newStore(db *sql.DB, set settings, path string, owned bool) *Store {
 	s.insertChunk = s.insertSQL(insertChunkRows)
 	return s
 }
+
+// ClaimsInKeyOrder reports whether the store's claims keep key order
+// (Options.OrderByKey); see outboxdriver.KeyOrderClaimer.
+func (s *Store) ClaimsInKeyOrder() bool { return s.set.orderByKey }
 
 // Name returns "main.<table>": SQLite's name for the schema of the database
 // file, and the table. Writers and relays of one process that use the same

@@ -84,6 +84,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		testKeyOrderRunsBrokerLike(t, h)
 	})
+	t.Run("UnorderedStoreHandsABatchOfOneKeyToThePublisherWhole", func(t *testing.T) {
+		t.Parallel()
+		testUnorderedBatchGoesWhole(t, newHarness(t))
+	})
 	t.Run("UnavailableDestinationLeavesOtherDestinationsATurn", func(t *testing.T) {
 		t.Parallel()
 		testUnavailableLeavesOthersATurn(t, newHarness(t))
