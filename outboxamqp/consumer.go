@@ -96,10 +96,18 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 // message is acknowledged only after fn returned nil: with fn =
 // inbox.Apply(apply) (outbox.Inbox), after the consumer's transaction
 // committed, so a crash in between means a redelivery that the inbox skips.
-// When the connection drops, Consume connects again (with a backoff); the
-// broker requeues what was not acknowledged. A failing message is retried in
-// place (its key waits, so key order holds) and parked after cfg.MaxDeliver
-// attempts: in the queue's dead-letter exchange, or in cfg.Parked.
+// A failing message is retried in place (its key waits, so key order holds)
+// and parked after cfg.MaxDeliver attempts: in the queue's dead-letter
+// exchange, or in cfg.Parked.
+//
+// Consume does not give up while ctx lives: when the connection drops it
+// connects again (with a backoff, logged at WARN level), and the broker
+// requeues what was not acknowledged. What only an operator fixes (the queue
+// missing or deleted, the credentials or virtual host refused, no permission
+// to read the queue) is logged at ERROR level with the fix, at most once per
+// ConfigErrorLogInterval, and tried again with the same backoff. Consuming
+// again after a failure is logged at INFO level. See docs/consumers.md for
+// the rule every consumer adapter follows.
 func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -118,59 +126,18 @@ func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx co
 	stopRetrying := consume.StartRetrying(ctx, lanes, fn)
 	defer stopRetrying()
 	reconnect := backoff.NewJittered(cfg.BackoffBase, cfg.BackoffMax)
+	failures := newFailureLog(log, cfg.Queue)
 	for {
-		err := consumeOnce(ctx, url, cfg, lanes, log, fn, reconnect.Reset)
+		err := consumeOnce(ctx, url, cfg, lanes, log, fn, func() {
+			reconnect.Reset()
+			failures.back()
+		})
 		if ctx.Err() != nil {
 			return nil
 		}
-		log.Warn("outboxamqp: consumer lost its connection; connecting again (the broker requeues what was not acknowledged)",
-			slog.Duration("retry_in", reconnect.Next()), slog.Any("error", err))
+		failures.failed(err, reconnect.Next())
 		if !reconnect.Sleep(ctx, nil) {
 			return nil
-		}
-	}
-}
-
-// consumeOnce consumes on one connection until it fails or ctx ends;
-// connected is called once the consumer is registered.
-func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, lanesCfg consume.Config, log *slog.Logger, fn func(context.Context, outbox.Message) error, connected func()) error {
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	if err := ch.Qos(cfg.Prefetch, 0, false); err != nil {
-		return fmt.Errorf("set prefetch: %w", err)
-	}
-	deliveries, err := ch.ConsumeWithContext(ctx, cfg.Queue, "", false, false, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("consume queue %s: %w", cfg.Queue, err)
-	}
-	connected()
-	lanes := consume.Start(ctx, lanesCfg, fn)
-	defer lanes.Close()
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case d, ok := <-deliveries:
-			if !ok {
-				return fmt.Errorf("the broker closed the channel: %v", <-closed)
-			}
-			m, err := FromDelivery(d)
-			if err != nil {
-				log.Error("outboxamqp: message parked: not an outbox message", slog.Any("error", err))
-				_ = d.Nack(false, false)
-				continue
-			}
-			if !lanes.Submit(ctx, &delivery{d: d, m: m}) {
-				return nil
-			}
 		}
 	}
 }

@@ -88,5 +88,27 @@
 // connection is torn down if the answer is still missing 2s later: amqp091
 // alone would wait for it until the heartbeat timeout, past the relay's
 // lease. Messages of one batch reach a queue in batch
-// order; concurrent batches interleave.
+// order; concurrent batches interleave.//
+// # Consuming
+//
+// Consume reads a queue and hands each message to a handler (an
+// outbox.Inbox's Apply, typically). It follows the rule of every consumer
+// adapter of this module (docs/consumers.md): it recovers what it can by
+// itself, logs at ERROR level what needs an operator, logs at INFO level when
+// it is back, and returns only when its context ends (nil).
+//
+//   - connection dropped, broker restarted: Consume connects again with a
+//     backoff (BackoffBase to BackoffMax), logged at WARN level; the broker
+//     requeues what was not acknowledged;
+//   - queue missing at start or deleted while consuming (the broker cancels
+//     the consumer), credentials, virtual host or authentication mechanism
+//     refused, no permission to read the queue or an exclusive consumer
+//     holding it: logged at ERROR level with the fix, at most once per
+//     ConfigErrorLogInterval, and tried again with the same backoff until
+//     an operator fixes it;
+//   - consuming again after any of these: logged at INFO level.
+//
+// Consume declares nothing, as the publisher: the queue and its bindings are
+// the deployment's. Consume owns its connection, so no failure of the broker
+// ends it: it returns only when its context ends.
 package outboxamqp
