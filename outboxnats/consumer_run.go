@@ -156,7 +156,12 @@ func (r *reader) consume(ctx context.Context, lanes *consume.Lanes, reading func
 			if _, err := cons.Info(ctx); errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 				return fmt.Errorf("%w: %w", errConsumerGone, err)
 			}
-			r.log.Debug("outboxnats: consumer missed the server's heartbeats; pulling again")
+			if nc := r.js.Conn(); nc != nil && nc.IsConnected() {
+				// Connected, the consumer there, yet silent: a server
+				// problem, or a permission denied on the pull subject
+				// (reported to the connection's error handler).
+				r.log.Warn("outboxnats: consumer missed the server's heartbeats while connected; pulling again", slog.Any("error", err))
+			}
 			continue
 		}
 		m, err := FromMsg(msg)

@@ -98,8 +98,9 @@
 //     fix, at most once per ConfigErrorLogInterval, and tried again with
 //     the backoff until an operator fixes it;
 //   - connection closed for good (nats.go gave up after MaxReconnects, or
-//     the application closed it, as after refused credentials): Consume
-//     returns an error matching nats.ErrConnectionClosed;
+//     the application closed it; nats.go also closes it when a server
+//     refuses the credentials twice in a row): Consume returns an error
+//     matching nats.ErrConnectionClosed;
 //   - configuration the server refuses (a *jetstream.APIError with code
 //     400, such as a durable of that name with another deliver policy):
 //     Consume returns that error.
