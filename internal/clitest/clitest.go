@@ -4,7 +4,6 @@
 package clitest
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -176,26 +175,29 @@ func Published(t testing.TB, path string) map[uuid.UUID]int {
 }
 
 // PublishedInOrder returns the message ids of a JSON-lines file written by
-// stdout publishers, in the order of its lines, duplicates included.
+// stdout publishers, in the order of its lines, duplicates included. Only the
+// file's unterminated end may fail to parse (a kill mid-write, or a write
+// still under way): that message was not confirmed. Any complete line that is
+// not a message with an id fails the test, since a torn line followed by
+// others could hide a message or a duplicate.
 func PublishedInOrder(t testing.TB, path string) []uuid.UUID {
 	t.Helper()
-	f, err := os.Open(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	lines := bytes.Split(b, []byte{'\n'})
+	if tail := lines[len(lines)-1]; len(tail) > 0 {
+		t.Logf("%s: ignoring its unterminated last line (a write cut short): %q", path, tail)
+	}
+	lines = lines[:len(lines)-1]
 	var ids []uuid.UUID
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
+	for i, l := range lines {
 		var line struct{ ID uuid.UUID }
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			continue
+		if err := json.Unmarshal(l, &line); err != nil || line.ID == uuid.Nil {
+			t.Fatalf("%s line %d of %d is not a published message with an id (%v): %q", path, i+1, len(lines), err, l)
 		}
 		ids = append(ids, line.ID)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return ids
 }
