@@ -27,7 +27,8 @@ func HoldOn(token uuid.UUID) *pgxpool.Conn {
 	if claim == nil {
 		return nil
 	}
-	return claim.conn
+	<-claim.conn.place // the caller owns the connection now
+	return claim.conn.Conn
 }
 
 // ClaimSQL returns the claim statement of s, for tests that look at its

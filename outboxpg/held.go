@@ -42,12 +42,55 @@ var openClaims heldClaims
 // heldClaim is one open claim.
 type heldClaim struct {
 	store *Store // the claim's, whose statements put its rows back
-	conn  *pgxpool.Conn
+	conn  *heldConn
 	// rows are the claim's rows as they were stored, to put back those
 	// that are not published.
 	rows     map[uuid.UUID]storedRow
 	deadline time.Time   // the end of the lease
 	expiry   *time.Timer // rolls the claim back at deadline
+}
+
+// heldConn is the connection of a claim held in a transaction, and the
+// place it takes among its pool's holdPlaces, given back with it.
+type heldConn struct {
+	*pgxpool.Conn
+	place chan struct{}
+}
+
+// Release returns the connection to its pool (which closes it if a
+// transaction is left open, rolling it back) and its place.
+func (c *heldConn) Release() {
+	c.Conn.Release()
+	<-c.place
+}
+
+// holdPlaces bounds the claims that hold a transaction open on each pool to
+// half its connections (at least one). The other half is left to what else
+// runs on the pool: the relay's probes and leased claims, writers, and
+// publishers that run transactions of their own on it (in-process handlers
+// with an inbox, outboxevents.Dispatcher), which each worker's batch needs
+// while its claim holds a connection. A claim that finds no place is leased
+// by its columns instead (slower, never stuck): with every connection held
+// by claims, such handlers waited out their deadlines until the messages
+// were dead letters (TestTransactionLeasesLeaveConnectionsForHandlersOnTheSamePool).
+var holdPlaces struct {
+	mu     sync.Mutex
+	byPool map[*pgxpool.Pool]chan struct{}
+}
+
+// holdPlacesOf returns pool's places, made on first use.
+func holdPlacesOf(pool *pgxpool.Pool) chan struct{} {
+	holdPlaces.mu.Lock()
+	defer holdPlaces.mu.Unlock()
+	if holdPlaces.byPool == nil {
+		holdPlaces.byPool = map[*pgxpool.Pool]chan struct{}{}
+	}
+	places, ok := holdPlaces.byPool[pool]
+	if !ok {
+		places = make(chan struct{}, max(1, pool.Config().MaxConns/2))
+		holdPlaces.byPool[pool] = places
+	}
+	return places
 }
 
 // storedRow is a claimed row as it was stored.
@@ -129,23 +172,38 @@ func (h *heldClaims) rollBack(store *Store) {
 // and opens the next claim's on the same connection.
 func (s *Store) exchangeHeld(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	prev := openClaims.take(settle.Token)
+	var conn *heldConn
+	switch {
+	case prev != nil:
+		conn = prev.conn
+	case claim.Limit > 0:
+		places := holdPlacesOf(s.pool)
+		select {
+		case places <- struct{}{}:
+			conn = &heldConn{place: places}
+		default:
+			s.warnNoPlaceToHold()
+			return s.exchangeLeased(ctx, settle, claim, s.leasedClaim)
+		}
+	}
 	if prev == nil && !settle.Empty() {
 		// Not one of the held claims: leased by its columns (ClaimIDs),
 		// or its transaction ended, rolled back, and the outcomes find
 		// nothing leased to the token.
-		if _, err := s.exchangeLeased(ctx, settle, outboxdriver.Claim{}); err != nil {
+		if _, err := s.exchangeLeased(ctx, settle, outboxdriver.Claim{}, ""); err != nil {
+			if conn != nil {
+				<-conn.place
+			}
 			return nil, err
 		}
 	}
 	if prev == nil && claim.Limit == 0 {
 		return nil, nil
 	}
-	conn := (*pgxpool.Conn)(nil)
-	if prev != nil {
-		conn = prev.conn
-	} else {
+	if conn.Conn == nil {
 		var err error
-		if conn, err = s.pool.Acquire(ctx); err != nil {
+		if conn.Conn, err = s.pool.Acquire(ctx); err != nil {
+			<-conn.place
 			return nil, exchangeError(s.Name(), settle, claim, err)
 		}
 	}

@@ -63,8 +63,13 @@ type Options struct {
 	// that hangs is cut off by idle_in_transaction_session_timeout, set to
 	// the lease for each claim's transaction.
 	//
-	// The costs: each batch in flight holds a pooled connection (size the
-	// pool at the relay's Workers plus a few); the open transactions hold
+	// The costs: each batch in flight holds a pooled connection, and
+	// claims hold at most half of the pool's connections, leaving the rest
+	// to the publisher's own transactions (in-process handlers with an
+	// inbox each need one while their batch's claim holds another), writers
+	// and the relay's probes; a claim that finds no place is leased by its
+	// columns instead, and a warning says so once. Size the pool's MaxConns
+	// at twice the relay's Workers plus a few. The open transactions hold
 	// back vacuum for as long as a publish lasts; messages in flight count
 	// as pending, not in flight, in Stats and the console, since no lease
 	// is written; and the claim does not work through a pooler in

@@ -53,6 +53,19 @@ const (
 )
 
 func newStatements(n names, orderByKey bool, lease leaseMode) statements {
+	return buildStatements(n, orderByKey, lease, lease == leaseTransaction)
+}
+
+// leasedClaimBesideHeld is the claim that writes a lease on a table where
+// other claims hold their rows in transactions: it passes over their rows as
+// theirs do (see holdPlaces).
+func leasedClaimBesideHeld(n names, orderByKey bool) string {
+	return buildStatements(n, orderByKey, leaseColumns, true).claim
+}
+
+// buildStatements builds the statements; othersHold says whether claims
+// may hold rows of the table in open transactions.
+func buildStatements(n names, orderByKey bool, lease leaseMode, othersHold bool) statements {
 	// In key order, a message is due only as the head of its key: no
 	// earlier message of the key (by seq, the insert order, see migration
 	// 3) is pending, whether leased, retrying or scheduled later. The key
@@ -100,7 +113,7 @@ func newStatements(n names, orderByKey bool, lease leaseMode) statements {
 	// may by chance look like a running xid: such a row is then put last,
 	// never taken wrongly, since the claim still locks what it takes.
 	free := func(alias string) string {
-		if lease != leaseTransaction {
+		if !othersHold {
 			return ""
 		}
 		m := alias + "xmax::text::bigint"
@@ -119,7 +132,7 @@ func newStatements(n names, orderByKey bool, lease leaseMode) statements {
 		ORDER BY ` + order + `
 		LIMIT least({limit}, {window}))`
 		}
-		if lease != leaseTransaction {
+		if !othersHold {
 			return w("")
 		}
 		return w(free("")) + "\n\tUNION\n\t" + w("")

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,6 +32,12 @@ type Store struct {
 	stmts statements
 
 	addresses addressBook // where claimed rows are, to delete them by address
+
+	// leasedClaim, with TransactionLeases, is the claim that writes a
+	// lease instead, for when the pool has no place to hold another
+	// claim's transaction (see holdPlaces).
+	leasedClaim string
+	noPlaceWarned atomic.Bool // the warning that says so, logged once
 }
 
 // The interfaces Store implements.
@@ -57,6 +64,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n, opts.OrderByKey, leaseMode(opts.TransactionLeases))}
+	if opts.TransactionLeases {
+		s.leasedClaim = leasedClaimBesideHeld(n, opts.OrderByKey)
+	}
 	s.ins = newInserter(n, &s.stmts, opts.Notify)
 	return s, nil
 }
@@ -97,11 +107,25 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 	if s.opts.TransactionLeases {
 		return s.exchangeHeld(ctx, settle, claim)
 	}
-	return s.exchangeLeased(ctx, settle, claim)
+	return s.exchangeLeased(ctx, settle, claim, "")
+}
+
+// warnNoPlaceToHold tells, once, that the pool is too small to hold a
+// claim per worker in a transaction.
+func (s *Store) warnNoPlaceToHold() {
+	if s.noPlaceWarned.Swap(true) {
+		return
+	}
+	s.logger().Warn("outboxpg: transaction leases: the pool has no place to hold another claim's transaction open, so this claim is leased by its columns instead (slower, safe). Claims hold at most half of the pool's connections, leaving the rest to handlers, writers and probes: set the pool's MaxConns (pool_max_conns in the URL) to at least twice the relay's Workers",
+		slog.String("table", s.Name()), slog.Int("max_conns", int(s.pool.Config().MaxConns)))
 }
 
 // exchangeLeased is SettleAndClaim with leases written into the rows.
-func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
+// claimSQL is the claim statement, "" for the store's own.
+func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim, claimSQL string) ([]outbox.Message, error) {
+	if claimSQL == "" {
+		claimSQL = s.stmts.claim
+	}
 	b := &pgx.Batch{}
 	// deleteAt is the place in the batch of the delete by address, if any,
 	// whose count tells whether every row was found at its address.
@@ -145,7 +169,7 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 			b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
 			settles++
 		}
-		b.Queue(s.stmts.claim, micros(claim.Lease), pgUUID(claim.Token), claim.Limit)
+		b.Queue(claimSQL, micros(claim.Lease), pgUUID(claim.Token), claim.Limit)
 	}
 	if b.Len() == 0 {
 		return nil, nil

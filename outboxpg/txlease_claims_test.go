@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
@@ -36,7 +37,15 @@ func TestConcurrentTransactionLeaseClaimsEachFindFreeWork(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			pool := pgtest.Pool(t)
+			// A pool of its own, with a place for every claim to hold
+			// (half its connections, see holdPlaces).
+			cfg := pgtest.Config(t)
+			cfg.MaxConns = int32(2*c.claims + 2)
+			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
 			store := newStore(t, pool, outboxpg.Options{OrderByKey: c.orderByKey, TransactionLeases: true})
 			t.Cleanup(func() { outboxpg.RollBackHeld(store) })
 			if c.keys == 0 {

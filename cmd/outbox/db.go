@@ -126,17 +126,19 @@ func urlScheme(raw string) string {
 
 // poolConfig is the pool configuration of the database URL raw for mode.
 // With transaction leases each batch in flight holds a connection with its
-// claim's transaction, and the pool's default size (4 on a small machine)
-// would leave workers waiting for one and nothing for the idle probe, the
-// wake-up and the clean-up: unless the URL sets pool_max_conns, the pool
-// grows to the workers plus heldClaimSpareConns.
+// claim's transaction, and the store holds at most half of the pool's
+// connections so (leasing the other claims by their columns; see
+// outboxpg.Options.TransactionLeases): unless the URL sets pool_max_conns,
+// the pool grows to twice the workers plus heldClaimSpareConns, so that
+// every worker's claim is held and the idle probe, the wake-up, the
+// clean-up and the publisher's own transactions still find a connection.
 func poolConfig(raw string, mode storeMode) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(raw)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err)
 	}
 	if mode.txLeases && !strings.Contains(raw, "pool_max_conns") {
-		cfg.MaxConns = max(cfg.MaxConns, int32(mode.workers)+heldClaimSpareConns)
+		cfg.MaxConns = max(cfg.MaxConns, 2*int32(mode.workers)+heldClaimSpareConns)
 	}
 	return cfg, nil
 }

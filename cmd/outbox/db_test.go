@@ -18,8 +18,8 @@ func TestPoolConfigHasAConnectionPerWorkerWithTransactionLeases(t *testing.T) {
 		want int32
 	}{
 		{"leased claims keep the default", url, storeMode{workers: 16}, defaultSize},
-		{"transaction leases, 16 workers", url, storeMode{txLeases: true, workers: 16}, 16 + heldClaimSpareConns},
-		{"transaction leases, 1 worker, never below the default", url, storeMode{txLeases: true, workers: 1}, max(defaultSize, 1+heldClaimSpareConns)},
+		{"transaction leases, 16 workers", url, storeMode{txLeases: true, workers: 16}, 2*16 + heldClaimSpareConns},
+		{"transaction leases, 1 worker, never below the default", url, storeMode{txLeases: true, workers: 1}, max(defaultSize, 2+heldClaimSpareConns)},
 		{"the URL's pool_max_conns wins", url + "?pool_max_conns=5", storeMode{txLeases: true, workers: 16}, 5},
 	} {
 		cfg, err := poolConfig(c.raw, c.mode)
