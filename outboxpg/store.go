@@ -36,7 +36,7 @@ type Store struct {
 	// leasedClaim, with TransactionLeases, is the claim that writes a
 	// lease instead, for when the pool has no place to hold another
 	// claim's transaction (see holdPlaces).
-	leasedClaim string
+	leasedClaim   string
 	noPlaceWarned atomic.Bool // the warning that says so, logged once
 }
 
