@@ -23,9 +23,7 @@ import (
 func TestMissingTopicIsRetryableLogsTheFixAndPublishesOnceCreated(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
-	if c.Fake() == nil {
-		t.Skip("the test creates a topic of a fixed name, which kfake alone forgets")
-	}
+	requireFake(t, c, "the test creates a topic of a fixed name, which kfake alone forgets")
 	logs := &relaytest.LogCapture{}
 	// The client gives up on the topic at its first unknown-topic answer
 	// instead of after 4 metadata refreshes.
