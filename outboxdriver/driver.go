@@ -277,6 +277,11 @@ type Stats struct {
 	// OldestPending is the age of the oldest pending message (0 if none): the
 	// relay's lag.
 	OldestPending time.Duration
+	// BehindDead counts pending messages that wait, in key order, behind a
+	// dead message of their key: they go on once it is retried or
+	// discarded. Zero for stores that do not claim in key order, or that
+	// skip dead messages.
+	BehindDead int64
 }
 
 // WriteListener is implemented by stores that can tell a relay in another

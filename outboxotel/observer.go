@@ -25,6 +25,7 @@
 //	outbox_pending_messages{table}             gauge (WatchTable)
 //	outbox_oldest_pending_age_seconds{table}   gauge (WatchTable)
 //	outbox_dead_messages{table}                gauge (WatchTable)
+//	outbox_behind_dead_messages{table}         gauge (WatchTable): pending behind a dead message of their key
 //	outbox_relay_ready{table}                  1 while Relay.Ready is nil (WatchRelay)
 //	outbox_inbox_handled_total{consumer}       messages an inbox applied
 //	outbox_inbox_duplicates_total{consumer}    deliveries an inbox skipped
@@ -293,7 +294,8 @@ func (o *Observer) WatchTable(store outboxdriver.Admin, table string) (metric.Re
 	pending, err1 := o.meter.Int64ObservableGauge("outbox.pending.messages", metric.WithDescription("Messages waiting to be published, in flight included."), metric.WithUnit("{message}"))
 	oldest, err2 := o.meter.Float64ObservableGauge("outbox.oldest_pending.age", metric.WithDescription("Age of the oldest pending message: the relay's lag."), metric.WithUnit("s"))
 	dead, err3 := o.meter.Int64ObservableGauge("outbox.dead.messages", metric.WithDescription("Dead-lettered messages."), metric.WithUnit("{message}"))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	behind, err4 := o.meter.Int64ObservableGauge("outbox.behind_dead.messages", metric.WithDescription("Pending messages that wait, in key order, behind a dead message of their key until it is retried or discarded."), metric.WithUnit("{message}"))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("outboxotel: create gauges: %w", err)
 	}
 	stats := &cachedStats{store: store, ttl: o.cfg.StatsCacheFor, timeout: o.cfg.StatsTimeout}
@@ -311,8 +313,9 @@ func (o *Observer) WatchTable(store outboxdriver.Admin, table string) (metric.Re
 		obs.ObserveInt64(pending, st.Pending, attrs)
 		obs.ObserveFloat64(oldest, st.OldestPending.Seconds(), attrs)
 		obs.ObserveInt64(dead, st.Dead, attrs)
+		obs.ObserveInt64(behind, st.BehindDead, attrs)
 		return nil
-	}, pending, oldest, dead)
+	}, pending, oldest, dead, behind)
 }
 
 // cachedStats reads a table's Stats at most once per ttl and one read at a

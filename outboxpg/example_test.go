@@ -98,6 +98,8 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxpg.DirectionDown))
 	// Output:
+	// -- 005_dead_key.down.sql
+	// DROP INDEX "billing"."outbox_key_dead_idx";
 	// -- 004_queue_autovacuum.down.sql
 	// -- Back to the cluster's autovacuum settings for this table.
 	// ALTER TABLE "billing"."outbox" RESET (

@@ -78,16 +78,21 @@ func pgxHarnessOn(t *testing.T, pool *pgxpool.Pool) storetest.Harness {
 func pgxHarnessWith(t *testing.T, pool *pgxpool.Pool, opts outboxpg.Options) storetest.Harness {
 	store := newStore(t, pool, opts)
 	ordered := keyOrderedWith(t, pool, store, opts)
+	skipOpts := opts
+	skipOpts.SkipDeadInKeyOrder = true
+	skipping := keyOrderedWith(t, pool, store, skipOpts)
 	t.Cleanup(func() {
 		outboxpg.RollBackHeld(store)
 		outboxpg.RollBackHeld(ordered)
+		outboxpg.RollBackHeld(skipping)
 	})
 	w := newWriter(t, store)
 	return storetest.Harness{
-		Admin:      store,
-		Now:        dbNow(pool),
-		Store:      store,
-		KeyOrdered: ordered,
+		Admin:                  store,
+		Now:                    dbNow(pool),
+		Store:                  store,
+		KeyOrdered:             ordered,
+		KeyOrderedSkippingDead: skipping,
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
@@ -197,10 +202,11 @@ func sqlHarness(t *testing.T) storetest.Harness {
 	}
 	w := newWriter(t, sw)
 	return storetest.Harness{
-		Admin:      store,
-		Now:        dbNow(pool),
-		Store:      store,
-		KeyOrdered: keyOrdered(t, pool, store),
+		Admin:                  store,
+		Now:                    dbNow(pool),
+		Store:                  store,
+		KeyOrdered:             keyOrdered(t, pool, store),
+		KeyOrderedSkippingDead: keyOrderedWith(t, pool, store, outboxpg.Options{SkipDeadInKeyOrder: true}),
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},

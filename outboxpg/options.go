@@ -46,8 +46,19 @@ type Options struct {
 	// writes of a key are serialized (by a lock on the aggregate's row).
 	// Messages without a key are claimed as usual. Set it on the Store of
 	// every relay of the table: a relay without it claims regardless of
-	// keys. A dead message no longer holds its key back. Default false.
+	// keys. A dead message holds the rest of its key until it is retried or
+	// discarded (Stats.BehindDead counts what waits), unless
+	// SkipDeadInKeyOrder is set. Default false.
 	OrderByKey bool
+	// SkipDeadInKeyOrder, with OrderByKey, lets a key go on past a dead
+	// message: its later messages are published while it waits in the
+	// dead letters, and retrying it later sends it after them. Choose it
+	// where a key's messages do not depend on each other, and an
+	// undeliverable one must not stop its key. Default false: a dead
+	// message holds its key, so that no consumer applies a later message
+	// of the key (OrderCancelled) before it (OrderPaid). Set it alike on
+	// every relay of the table.
+	SkipDeadInKeyOrder bool
 	// TransactionLeases makes the Store's claims hold their rows in a
 	// transaction instead of writing a lease into them: a claim deletes its
 	// rows in a transaction that stays open, on a connection of its own,
@@ -175,3 +186,7 @@ func lockKey(name string) int64 {
 	sum := sha256.Sum256([]byte(name))
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
+
+// deadHoldsKey reports whether, in key order, a dead message holds the rest
+// of its key.
+func (o Options) deadHoldsKey() bool { return o.OrderByKey && !o.SkipDeadInKeyOrder }

@@ -15,8 +15,15 @@ var _ outboxdriver.SchemaChecker = (*Store)(nil)
 
 // requiredMigration is the newest migration that changes what the store
 // reads and writes. Later ones only tune (migration 4 sets autovacuum), so a
-// table without them works, and a relay on it starts.
-const requiredMigration = 3
+// table without them works, and a relay on it starts. Claims in key order
+// where a dead message holds its key read the key dead index (migration 5):
+// without it each of their probes would read every dead message.
+func (s *Store) requiredMigration() int {
+	if s.opts.deadHoldsKey() {
+		return 5
+	}
+	return 3
+}
 
 // schemaColumns are the columns the newest migration leaves in the table and
 // the store uses: a table that lacks one is at an older migration.
@@ -67,8 +74,8 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("outboxpg: check migrations of %s: %w", s.Name(), err)
 	}
-	if latest < requiredMigration {
-		return notMigrated(fmt.Sprintf("table %s is at migration %d; this release needs %d", s.Name(), latest, requiredMigration))
+	if need := s.requiredMigration(); latest < need {
+		return notMigrated(fmt.Sprintf("table %s is at migration %d; this release needs %d", s.Name(), latest, need))
 	}
 	return nil
 }

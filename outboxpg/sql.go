@@ -52,20 +52,22 @@ const (
 	leaseTransaction leaseMode = true  // deleted in a transaction held open
 )
 
-func newStatements(n names, orderByKey bool, lease leaseMode) statements {
-	return buildStatements(n, orderByKey, lease, lease == leaseTransaction)
+func newStatements(n names, o Options) statements {
+	lease := leaseMode(o.TransactionLeases)
+	return buildStatements(n, o.OrderByKey, o.deadHoldsKey(), lease, lease == leaseTransaction)
 }
 
 // leasedClaimBesideHeld is the claim that writes a lease on a table where
 // other claims hold their rows in transactions: it passes over their rows as
 // theirs do (see holdPlaces).
-func leasedClaimBesideHeld(n names, orderByKey bool) string {
-	return buildStatements(n, orderByKey, leaseColumns, true).claim
+func leasedClaimBesideHeld(n names, o Options) string {
+	return buildStatements(n, o.OrderByKey, o.deadHoldsKey(), leaseColumns, true).claim
 }
 
-// buildStatements builds the statements; othersHold says whether claims
+// buildStatements builds the statements; deadHolds says whether a dead
+// message holds the rest of its key in key order, othersHold whether claims
 // may hold rows of the table in open transactions.
-func buildStatements(n names, orderByKey bool, lease leaseMode, othersHold bool) statements {
+func buildStatements(n names, orderByKey, deadHolds bool, lease leaseMode, othersHold bool) statements {
 	// In key order, a message is due only as the head of its key: no
 	// earlier message of the key (by seq, the insert order, see migration
 	// 3) is pending, whether leased, retrying or scheduled later. The key
@@ -87,6 +89,22 @@ func buildStatements(n names, orderByKey bool, lease leaseMode, othersHold bool)
 			ORDER BY e.seq DESC LIMIT 1) IS NULL)`
 		headOfKey = "\n\t\tAND " + isHead
 	}
+	// Unless the store skips dead messages, nor is a message due behind a
+	// dead one of its key (notBehindDead, for a candidate o), and a run
+	// ends before the first dead message after its head (the head's
+	// dead_floor, read by take and handed on; runAfter). The key dead
+	// index (migration 5) answers each with one probe.
+	notBehindDead, deadFloor, runBelowFloor := "", "NULL::bigint", func(string) string { return "" }
+	if orderByKey && deadHolds {
+		notBehindDead = `
+		AND (o.key = '' OR NOT EXISTS (SELECT FROM {t} AS d
+			WHERE d.key = o.key AND d.key <> '' AND d.status = 'dead' AND d.seq < o.seq))`
+		deadFloor = `(SELECT min(d.seq) FROM {t} AS d WHERE d.key = o.key AND d.key <> '' AND d.status = 'dead' AND d.seq > o.seq)`
+		runBelowFloor = func(alias string) string {
+			return " AND (" + alias + ".dead_floor IS NULL OR e.seq < " + alias + ".dead_floor)"
+		}
+	}
+	runAfter := func(alias, limit string) string { return runAfterBelow(alias, limit, runBelowFloor(alias)) }
 	// A claim's rows are leased by writing the lease into them ($1 lease in
 	// microseconds, $2 token, $3 limit), or deleted by a transaction that
 	// stays open until they are published ($1 limit; see heldClaims).
@@ -139,6 +157,8 @@ func buildStatements(n names, orderByKey bool, lease leaseMode, othersHold bool)
 	}
 	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey, "{is_head}", isHead, "{lease}", leaseRows, "{limit}", limit,
 		"{oldest_window}", window("available_at, id"), "{newest_window}", window("available_at DESC, id DESC"), "{free_o}", free("o."),
+		"{not_behind_dead}", notBehindDead, "{dead_floor}", deadFloor, "{run_after_h}", runAfter("h", "{limit} / {keys_per_claim}"),
+		"{run_after_c}", runAfter("c", "s.each"), "{run_after_g}", runAfter("g", "s.each"),
 		"{walk_limit}", strconv.Itoa(outboxdriver.KeyWalkLimit), "{window}", strconv.Itoa(outboxdriver.KeyWindow),
 		"{message_columns}", messageColumns, "{claimed_columns}", strings.ReplaceAll(claimedColumns, "{t}", n.qTable), "{keys_per_claim}", strconv.Itoa(keysPerClaim))
 	// Twice: the windows hold placeholders of their own.
@@ -220,7 +240,7 @@ WITH due AS MATERIALIZED (
 )
 SELECT CASE
 	WHEN (SELECT count(*) FROM due) = {window} THEN 0
-	WHEN EXISTS (SELECT FROM due AS o WHERE true{head_of_key}) THEN 0
+	WHEN EXISTS (SELECT FROM due AS o WHERE true{head_of_key}{not_behind_dead}) THEN 0
 	ELSE ` + laterDue + `
 END`)
 	}
@@ -332,7 +352,9 @@ SELECT
 	(SELECT count(*) FROM {t} WHERE status = 'published'),
 	(SELECT COALESCE(GREATEST(0, floor(EXTRACT(EPOCH FROM now() - min(created_at)) * 1000000)), 0)::bigint
 		FROM {t} WHERE status = 'pending'),
-	(SELECT count(*) FROM {t} WHERE status = 'published' AND published_at > now() - interval '1 minute')`),
+	(SELECT count(*) FROM {t} WHERE status = 'published' AND published_at > now() - interval '1 minute'),
+	(SELECT count(*) FROM (SELECT key, min(seq) AS first_dead FROM {t} WHERE status = 'dead' AND key <> '' GROUP BY key) AS d
+		JOIN {t} AS p ON p.key = d.key AND p.key <> '' AND p.status = 'pending' AND p.seq > d.first_dead)`),
 		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = $1`),
 		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > $1 ORDER BY id LIMIT $2`),
 		retryDead: sql(`
@@ -353,17 +375,17 @@ WHERE status = 'dead'`),
 // taking every key, ran at the speed of one).
 const keysPerClaim = 16
 
-// runAfter is the part of a key's run that follows a row already taken
+// runAfterBelow is the part of a key's run that follows a row already taken
 // (alias.key, alias.seq): its next pending messages in seq order, at most
 // limit of them, numbered from 1 (r), with ok true for as long as they are
 // due and not leased (a running bool_and: the first that is not ends the
 // run, and every row after it is not ok either).
-func runAfter(alias, limit string) string {
+func runAfterBelow(alias, limit, below string) string {
 	return `
 		SELECT e.ctid, e.seq, row_number() OVER w AS r,
 			bool_and(e.available_at <= now() AND (e.locked_until IS NULL OR e.locked_until <= now())) OVER w AS ok
 		FROM (SELECT ctid, seq, available_at, locked_until FROM {t} AS e
-			WHERE e.status = 'pending' AND e.key <> '' AND e.key = ` + alias + `.key AND e.seq > ` + alias + `.seq
+			WHERE e.status = 'pending' AND e.key <> '' AND e.key = ` + alias + `.key AND e.seq > ` + alias + `.seq` + below + `
 			ORDER BY e.seq LIMIT ` + limit + `) AS e
 		WINDOW w AS (ORDER BY e.seq)`
 }
@@ -481,14 +503,14 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 		CROSS JOIN LATERAL (SELECT o.ctid, o.available_at, true{free_o} AS free FROM {t} AS o
 			WHERE o.ctid = c.ctid AND o.status = 'pending' AND o.available_at <= now()
 				AND (o.locked_until IS NULL OR o.locked_until <= now())
-				AND (c.prio % 3 = 2 OR {is_head})
+				AND (c.prio % 3 = 2 OR {is_head}){not_behind_dead}
 			LIMIT 1) AS o
 		ORDER BY NOT o.free, turn
 		LIMIT {limit}) AS d
 ), take AS MATERIALIZED (
-	SELECT d.n, h.ctid AS head, h.id, h.key, h.seq AS head_seq, f.ctid, f.seq, f.r, f.ok
+	SELECT d.n, h.ctid AS head, h.id, h.key, h.seq AS head_seq, h.dead_floor, f.ctid, f.seq, f.r, f.ok
 	FROM unnest((SELECT ctids FROM due_head)) WITH ORDINALITY AS d(ctid, n)
-	CROSS JOIN LATERAL (SELECT o.ctid, o.id, o.key, o.seq FROM {t} AS o
+	CROSS JOIN LATERAL (SELECT o.ctid, o.id, o.key, o.seq, {dead_floor} AS dead_floor FROM {t} AS o
 		WHERE o.ctid = d.ctid AND o.status = 'pending' AND o.available_at <= now()
 			AND (o.locked_until IS NULL OR o.locked_until <= now())
 		LIMIT 1
@@ -496,14 +518,14 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 	CROSS JOIN LATERAL (
 		SELECT NULL::tid AS ctid, NULL::bigint AS seq, 1::bigint AS r, true AS ok
 		UNION ALL
-		SELECT y.ctid, y.seq, 1 + y.r, y.ok FROM (` + runAfter("h", "{limit} / {keys_per_claim}") + `) AS y) AS f
+		SELECT y.ctid, y.seq, 1 + y.r, y.ok FROM ({run_after_h}) AS y) AS f
 	LIMIT {limit}
 ), head AS (
 	SELECT head AS ctid, id, key, head_seq AS seq, n AS prio FROM take WHERE r = 1
 ), room AS (
 	SELECT {limit} - (SELECT count(*) FROM take) AS places
 ), capped AS (
-	SELECT t.n, max(t.key) AS key, COALESCE(max(t.seq), max(t.head_seq)) AS seq, count(t.ctid) AS taken
+	SELECT t.n, max(t.key) AS key, COALESCE(max(t.seq), max(t.head_seq)) AS seq, max(t.dead_floor) AS dead_floor, count(t.ctid) AS taken
 	FROM take AS t
 	WHERE (SELECT places FROM room) > 0
 	GROUP BY t.n
@@ -512,18 +534,18 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 	SELECT r.places, (r.places + k.keys - 1) / GREATEST(k.keys, 1) AS each
 	FROM room AS r CROSS JOIN (SELECT count(*) AS keys FROM capped) AS k
 ), more AS (
-	SELECT c.key, c.n, f.ctid, f.seq, c.taken + 1 + f.r AS r FROM capped AS c CROSS JOIN share AS s
-	CROSS JOIN LATERAL (` + runAfter("c", "s.each") + `) AS f
+	SELECT c.key, c.n, c.dead_floor, f.ctid, f.seq, c.taken + 1 + f.r AS r FROM capped AS c CROSS JOIN share AS s
+	CROSS JOIN LATERAL ({run_after_c}) AS f
 	WHERE f.ok
 ), refill AS (
-	SELECT m.key, max(m.n) AS n, max(m.seq) AS seq, max(m.r) AS r FROM more AS m
+	SELECT m.key, max(m.n) AS n, max(m.seq) AS seq, max(m.dead_floor) AS dead_floor, max(m.r) AS r FROM more AS m
 	GROUP BY m.key HAVING count(*) = (SELECT each FROM share)
 ), share2 AS (
 	SELECT GREATEST(0, (s.places - (SELECT count(*) FROM more) + k.keys - 1) / GREATEST(k.keys, 1)) AS each
 	FROM share AS s CROSS JOIN (SELECT count(*) AS keys FROM refill) AS k
 ), more2 AS (
 	SELECT g.key, g.n, f.ctid, g.r + f.r AS r FROM refill AS g CROSS JOIN share2 AS s
-	CROSS JOIN LATERAL (` + runAfter("g", "s.each") + `) AS f
+	CROSS JOIN LATERAL ({run_after_g}) AS f
 	WHERE s.each > 0 AND f.ok
 ), wanted AS (
 	SELECT key, ctid, r FROM take WHERE ctid IS NOT NULL AND ok

@@ -63,9 +63,9 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n, opts.OrderByKey, leaseMode(opts.TransactionLeases))}
+	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n, opts)}
 	if opts.TransactionLeases {
-		s.leasedClaim = leasedClaimBesideHeld(n, opts.OrderByKey)
+		s.leasedClaim = leasedClaimBesideHeld(n, opts)
 	}
 	s.ins = newInserter(n, &s.stmts, opts.Notify)
 	return s, nil
@@ -487,7 +487,7 @@ func execIfLocked(ctx context.Context, pool *pgxpool.Pool, lockKey int64, stmt s
 func (s *Store) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 	var st outboxdriver.Stats
 	var oldestMicros int64
-	err := s.pool.QueryRow(ctx, s.stmts.stats).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldestMicros, &st.PublishedLastMinute)
+	err := s.pool.QueryRow(ctx, s.stmts.stats).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldestMicros, &st.PublishedLastMinute, &st.BehindDead)
 	if err != nil {
 		return outboxdriver.Stats{}, fmt.Errorf("outboxpg: count messages in %s: %w", s.Name(), err)
 	}

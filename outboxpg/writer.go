@@ -75,7 +75,7 @@ func NewSQL(db *sql.DB, opts Options) (*SQLWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	stmts := newStatements(n, false, leaseColumns)
+	stmts := newStatements(n, Options{})
 	return &SQLWriter{db: db, ins: newInserter(n, &stmts, opts.Notify)}, nil
 }
 

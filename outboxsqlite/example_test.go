@@ -78,6 +78,8 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxsqlite.DirectionDown))
 	// Output:
+	// -- 004_dead_key.down.sql
+	// DROP INDEX "outbox_key_dead_idx";
 	// -- 003_lease_column.down.sql
 	// -- Leases in force go back into available_at, where versions 1 and 2 keep them:
 	// -- the row is due again when its lease ends.

@@ -80,10 +80,15 @@ func harness(t *testing.T, store *outboxsqlite.Store) storetest.Harness {
 	if err != nil {
 		t.Fatalf("new key-ordered store: %v", err)
 	}
+	skipping, err := outboxsqlite.New(store.DB(), outboxsqlite.Options{Table: strings.TrimPrefix(store.Name(), "main."), OrderByKey: true, SkipDeadInKeyOrder: true})
+	if err != nil {
+		t.Fatalf("new key-ordered store skipping dead messages: %v", err)
+	}
 	return storetest.Harness{
-		Admin:      store,
-		Store:      store,
-		KeyOrdered: ordered,
+		Admin:                  store,
+		Store:                  store,
+		KeyOrdered:             ordered,
+		KeyOrderedSkippingDead: skipping,
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},

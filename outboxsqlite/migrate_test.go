@@ -288,7 +288,7 @@ func TestMigrationThreeCarriesLeasesOverBothWays(t *testing.T) {
 	up := func() {
 		t.Helper()
 		before := time.Now().UnixMicro()
-		if done, err := m.Up(ctx); err != nil || len(done) != 1 || done[0] != 3 {
+		if done, err := m.To(ctx, 3); err != nil || len(done) != 1 || done[0] != 3 {
 			t.Fatalf("up from version 2: %v, %v; want version 3 applied", done, err)
 		}
 		after := time.Now().UnixMicro()

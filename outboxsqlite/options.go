@@ -50,8 +50,18 @@ type Options struct {
 	// messages are published one after the other, and a message waiting for
 	// its retry holds back only the rest of its key. Messages without a key
 	// are claimed as usual. Set it on the Store of every relay of the table.
-	// A dead message no longer holds its key back. Default false.
+	// A dead message holds the rest of its key until it is retried or
+	// discarded (Stats.BehindDead counts what waits), unless
+	// SkipDeadInKeyOrder is set. Default false.
 	OrderByKey bool
+	// SkipDeadInKeyOrder, with OrderByKey, lets a key go on past a dead
+	// message: its later messages are published while it waits in the
+	// dead letters, and retrying it later sends it after them. Choose it
+	// where a key's messages do not depend on each other, and an
+	// undeliverable one must not stop its key. Default false: a dead
+	// message holds its key, so that no consumer applies a later message
+	// of the key (OrderCancelled) before it (OrderPaid).
+	SkipDeadInKeyOrder bool
 	// Logger receives what the store handles by itself but an operator must
 	// know of, such as a write watcher that failed and starts again.
 	// Default slog.Default().
@@ -79,6 +89,7 @@ type settings struct {
 	busyTimeout     time.Duration
 	createIfMissing bool
 	orderByKey      bool
+	deadHoldsKey    bool // in key order, unless SkipDeadInKeyOrder
 	logger          *slog.Logger
 	watchInterval   time.Duration
 }
@@ -103,6 +114,7 @@ func (o Options) resolve() (settings, error) {
 		busyTimeout:     o.BusyTimeout,
 		createIfMissing: o.CreateIfMissing,
 		orderByKey:      o.OrderByKey,
+		deadHoldsKey:    o.OrderByKey && !o.SkipDeadInKeyOrder,
 		logger:          cmp.Or(o.Logger, slog.Default()),
 		watchInterval:   o.WatchInterval,
 	}

@@ -46,12 +46,23 @@ func newStatements(s settings) statements {
 	// (e.key <> '') so the planner may use it. (VACUUM may renumber the
 	// rowids of a table without an INTEGER PRIMARY KEY, but keeps their
 	// order.)
-	headOfKey := ""
+	headOfKey, deadFloor := "", ""
 	if s.orderByKey {
 		headOfKey = `
 	AND (o.key = '' OR NOT EXISTS (
 		SELECT 1 FROM ` + s.qTable + ` AS e
 			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.rowid < o.rowid))`
+	}
+	if s.deadHoldsKey {
+		// Nor is a message due behind a dead one of its key, and a run
+		// ends before the first dead message after its head (the key
+		// dead index, migration 4, answers both with one probe).
+		headOfKey += `
+	AND (o.key = '' OR NOT EXISTS (
+		SELECT 1 FROM ` + s.qTable + ` AS d
+			WHERE d.key = o.key AND d.key <> '' AND d.status = 'dead' AND d.rowid < o.rowid))`
+		deadFloor = `
+	AND rowid < coalesce((SELECT min(d.rowid) FROM {t} AS d WHERE d.key = ?2 AND d.key <> '' AND d.status = 'dead' AND d.rowid > ?3), 9223372036854775807)`
 	}
 	r := strings.NewReplacer("{t}", s.qTable, "{head_of_key}", headOfKey,
 		"{unleased}", ` AND (locked_until IS NULL OR locked_until <= ?1)`)
@@ -102,11 +113,18 @@ LIMIT ?2`
 		// is due and not leased: the run is the prefix of those that are.
 		claimRun = `
 SELECT ` + messageColumns + `, rowid, available_at <= ?1{unleased} FROM {t}
-WHERE status = 'pending' AND key = ?2 AND key <> '' AND rowid > ?3
+WHERE status = 'pending' AND key = ?2 AND key <> '' AND rowid > ?3` + deadFloor + `
 ORDER BY rowid
 LIMIT ?4`
 	}
 
+	// behindDead counts the pending messages that wait, in key order, behind the first
+	// dead message of their key: a probe of the key index per key with a
+	// dead message, and those are few.
+	// It counts whatever the store's mode, so that `outbox status` shows
+	// them from any store of the table.
+	behindDead := `(SELECT count(*) FROM (SELECT key, min(rowid) AS first_dead FROM {t} WHERE status = 'dead' AND key <> '' GROUP BY key) AS d
+		JOIN {t} AS p ON p.key = d.key AND p.key <> '' AND p.status = 'pending' AND p.rowid > d.first_dead)`
 	return statements{
 		insertPrefix: sql(`INSERT INTO {t} (id, topic, key, payload, headers, created_at, available_at) VALUES `),
 		insertRow:    `(?, ?, ?, ?, ?, ?, ?)`,
@@ -179,7 +197,8 @@ SELECT
 	(SELECT count(*) FROM {t} WHERE status = 'dead'),
 	(SELECT count(*) FROM {t} WHERE status = 'published'),
 	(SELECT min(created_at) FROM {t} WHERE status = 'pending'),
-	(SELECT count(*) FROM {t} WHERE status = 'published' AND published_at > ?1 - 60000000)`),
+	(SELECT count(*) FROM {t} WHERE status = 'published' AND published_at > ?1 - 60000000),
+	` + behindDead),
 		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = ?1`),
 		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > ?1 ORDER BY id LIMIT ?2`),
 		retryDead: sql(`

@@ -329,7 +329,7 @@ func (s *Store) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 		oldest sql.NullInt64
 	)
 	now := time.Now().UnixMicro()
-	err := s.db.QueryRowContext(ctx, s.stmts.stats, now).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldest, &st.PublishedLastMinute)
+	err := s.db.QueryRowContext(ctx, s.stmts.stats, now).Scan(&st.Pending, &st.InFlight, &st.Dead, &st.Published, &oldest, &st.PublishedLastMinute, &st.BehindDead)
 	if err != nil {
 		return outboxdriver.Stats{}, fmt.Errorf("outboxsqlite: count messages in %s: %w", s.Name(), explain(err, s.path))
 	}

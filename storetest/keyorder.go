@@ -18,7 +18,9 @@ var keyOrderCases = []testCase{
 	{"in key order a claim takes each key's consecutive due messages as one run, in insert order, up to the limit", testKeyOrderRuns},
 	{"in key order a run ends at a message scheduled later, and the claim limit cuts every run to a prefix", testKeyOrderRunEnds},
 	{"in key order a failure mid-run releases the rest of the run without an attempt, and the run comes back whole", testKeyOrderFailureMidRun},
-	{"in key order released, published, kept or dead, the head lets the next go", testKeyOrderHeads},
+	{"in key order released, published or kept, the head lets the next go", testKeyOrderHeads},
+	{"in key order a dead message holds the rest of its key, counted as behind dead, until it is retried or discarded", testKeyOrderDeadHoldsItsKey},
+	{"in key order a store told to skip dead messages lets the key go on past one", testKeyOrderSkippingDead},
 	{"in key order a message without a key and one of a new key written after 10,000 backlogged keys come in the next claim", testKeyOrderNoStarvation},
 	{"in key order a claim fills its batch from a few keys with runs of unequal lengths, each run a prefix of its key", testKeyOrderFewLongRunsFillTheBatch},
 	{"in key order a retrying head holds back its key only, and next due waits for it", testKeyOrderRetryHoldsBackItsKey},
@@ -271,11 +273,72 @@ func testKeyOrderHeads(t *testing.T, s *suite) {
 	// A published message kept for retention no longer holds its key back.
 	s.exchange(t, outboxdriver.Settlement{Token: a1Token, Published: []uuid.UUID{a1.ID}, KeepPublished: true}, outboxdriver.Claim{})
 	token = s.orderedClaimN(t, 1, a2)
-	// Nor does a dead one.
-	s.exchange(t, outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: a2.ID, Error: "rejected"}}}, outboxdriver.Claim{})
-	token = s.orderedClaimN(t, 1, a3)
-	s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{a3.ID}}, outboxdriver.Claim{})
-	s.orderedClaim(t, a4)
+	s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{a2.ID}}, outboxdriver.Claim{})
+	s.orderedClaim(t, a3, a4)
+}
+
+// A dead message holds the rest of its key until it is retried or
+// discarded (the safe default: a later message of the key applied before it
+// would undo what it says, an OrderCancelled before its OrderPaid), and the
+// messages waiting behind it show in Stats. Retried, it goes first and the
+// key goes on in order; discarded, the key goes on without it.
+func testKeyOrderDeadHoldsItsKey(t *testing.T, s *suite) {
+	m := keyed("a", "a", "a", "b", "c", "c")
+	a1, a2, a3, b1, c1, c2 := m[0], m[1], m[2], m[3], m[4], m[5]
+	s.write(t, m...)
+
+	token := s.orderedClaimN(t, 100, a1, a2, a3, b1, c1, c2)
+	s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{b1.ID},
+		Dead:    []outboxdriver.Failure{{ID: a1.ID, Error: "rejected"}, {ID: c1.ID, Error: "rejected"}},
+		Release: []uuid.UUID{a2.ID, a3.ID, c2.ID}}, outboxdriver.Claim{})
+	// Behind a1 and c1, dead: nothing of a or c is due.
+	s.orderedClaim(t)
+	if st := s.stats(t); st.BehindDead != 3 {
+		t.Fatalf("stats with a2, a3 behind dead a1 and c2 behind dead c1: %d behind dead; want 3 (%+v)", st.BehindDead, st)
+	}
+	if wait, ok, err := s.h.KeyOrdered.NextDue(t.Context()); err != nil || (ok && wait <= 0) {
+		t.Fatalf("next due in key order with every pending message behind a dead one: %v, %v, %v; want nothing due", wait, ok, err)
+	}
+	// Retried, a1 goes first, then its key in order.
+	if n, err := s.h.Admin.RetryDead(t.Context(), a1.ID); err != nil || n != 1 {
+		t.Fatalf("retry dead a1: %d, %v; want 1", n, err)
+	}
+	token = s.orderedClaim(t, a1, a2, a3)
+	s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{a1.ID, a2.ID, a3.ID}}, outboxdriver.Claim{})
+	// Discarded, c1 lets c2 go.
+	if n, err := s.h.Admin.DiscardDead(t.Context(), c1.ID); err != nil || n != 1 {
+		t.Fatalf("discard dead c1: %d, %v; want 1", n, err)
+	}
+	if st := s.stats(t); st.BehindDead != 0 {
+		t.Fatalf("stats after a1 retried and c1 discarded: %d behind dead; want 0", st.BehindDead)
+	}
+	s.orderedClaim(t, c2)
+}
+
+// With the store's option to skip dead messages (Harness.KeyOrderedSkippingDead),
+// a dead message no longer holds its key back: the key goes on, and nothing
+// counts as behind it.
+func testKeyOrderSkippingDead(t *testing.T, s *suite) {
+	if s.h.KeyOrderedSkippingDead == nil {
+		t.Skip("the harness sets no KeyOrderedSkippingDead store: the store has no option to skip dead messages in key order")
+	}
+	m := keyed("a", "a")
+	a1, a2 := m[0], m[1]
+	s.write(t, m...)
+	claim := func(want ...*outbox.Message) uuid.UUID {
+		t.Helper()
+		token := uuid.New()
+		got, err := s.h.KeyOrderedSkippingDead.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: longLease, Token: token})
+		if err != nil || !sameRuns(got, want) {
+			t.Fatalf("claim in key order skipping dead messages: %v, %v; want %v", ids(got), err, ids(want))
+		}
+		return token
+	}
+	token := claim(a1)
+	if _, err := s.h.KeyOrderedSkippingDead.SettleAndClaim(t.Context(), outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: a1.ID, Error: "rejected"}}}, outboxdriver.Claim{}); err != nil {
+		t.Fatalf("dead-letter a1: %v", err)
+	}
+	claim(a2)
 }
 
 // An expired lease makes a message claimable again in its old place, but in

@@ -46,6 +46,11 @@ type Harness struct {
 	// order (outboxpg.Options.OrderByKey, for example). Nil skips the
 	// key-order cases.
 	KeyOrdered outboxdriver.Store
+	// KeyOrderedSkippingDead is the same table through a store that
+	// claims in key order but lets a key go on past a dead message
+	// (outboxpg.Options.SkipDeadInKeyOrder, for example). Nil skips the
+	// case that needs it.
+	KeyOrderedSkippingDead outboxdriver.Store
 	// Write writes msgs in one transaction and commits it, the way
 	// applications do (through an outbox.Writer).
 	Write func(ctx context.Context, msgs ...*outbox.Message) error

@@ -62,6 +62,7 @@ func (g *globalFlags) resolveURL() (string, error) {
 type storeMode struct {
 	notify     bool // writes wake relays in other processes (PostgreSQL NOTIFY; used by `send`)
 	orderByKey bool // claims keep the order of each key (used by `relay`)
+	skipDead   bool // in key order, a dead message lets its key go on
 	watchWAL   bool // wake up from the table's inserts in the WAL (PostgreSQL; used by `relay`)
 	txLeases   bool // claims hold their rows in a transaction (PostgreSQL; used by `relay`)
 	workers    int  // the relay's workers, each holding a connection while txLeases
@@ -156,7 +157,7 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMo
 		pool.Close()
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
-	opts := outboxpg.Options{Schema: g.schema, Table: g.table, Notify: mode.notify, OrderByKey: mode.orderByKey, WatchWAL: mode.watchWAL, TransactionLeases: mode.txLeases}
+	opts := outboxpg.Options{Schema: g.schema, Table: g.table, Notify: mode.notify, OrderByKey: mode.orderByKey, SkipDeadInKeyOrder: mode.skipDead, WatchWAL: mode.watchWAL, TransactionLeases: mode.txLeases}
 	store, err := outboxpg.New(pool, opts)
 	if err != nil {
 		pool.Close()

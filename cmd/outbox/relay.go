@@ -21,6 +21,7 @@ func newRelayCommand(g *globalFlags) *cobra.Command {
 		publisherURL    string
 		shutdownTimeout time.Duration
 		orderByKey      bool
+		skipDead        bool
 		watchWAL        bool
 		txLeases        bool
 		metricsAddr     string
@@ -64,7 +65,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 				return err
 			}
 			defer pub.Close()
-			b, err := g.openReady(cmd.Context(), storeMode{orderByKey: orderByKey, watchWAL: watchWAL, txLeases: txLeases, workers: cmp.Or(cfg.Workers, outbox.WorkersDefault)})
+			b, err := g.openReady(cmd.Context(), storeMode{orderByKey: orderByKey, skipDead: skipDead, watchWAL: watchWAL, txLeases: txLeases, workers: cmp.Or(cfg.Workers, outbox.WorkersDefault)})
 			if err != nil {
 				return err
 			}
@@ -112,7 +113,8 @@ Publishers (--publisher); secrets in URLs are never logged:
 	f.BoolVar(&cfg.DisableListen, "poll-only", false, "poll only: no PostgreSQL LISTEN (needed behind a transaction-mode pooler), no SQLite change watcher")
 	f.BoolVar(&txLeases, "transaction-leases", false, "PostgreSQL: hold each batch's rows in a transaction while they are published instead of writing a lease into them (faster; one connection per worker in flight, the pool grows to --workers + 3 unless the URL sets pool_max_conns; in-flight messages show as pending)")
 	f.BoolVar(&watchWAL, "watch-wal", false, "PostgreSQL: wake up when the table's inserts reach the write-ahead log (a temporary logical replication slot; needs wal_level=logical and a role with REPLICATION), instead of polling; writers need no NOTIFY")
-	f.BoolVar(&orderByKey, "order-by-key", false, "publish the messages of each key one at a time in the order they were written; a failing message holds back only its key (give it to every relay of the table)")
+	f.BoolVar(&orderByKey, "order-by-key", false, "publish the messages of each key one at a time in the order they were written; a failing message holds back only its key, and a dead one holds the rest of its key until it is retried or discarded (give it to every relay of the table)")
+	f.BoolVar(&skipDead, "skip-dead-in-key-order", false, "with --order-by-key, let a key go on past a dead message instead of waiting until it is retried or discarded (a later retry then sends it after the key's later messages)")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: none)")
 	return cmd

@@ -80,7 +80,7 @@ func (g *globalFlags) openSQLite(ctx context.Context, raw string, mode storeMode
 	if mode.txLeases {
 		return nil, usagef("--transaction-leases is for PostgreSQL; SQLite has one writer, which a transaction held open would block")
 	}
-	opts := outboxsqlite.Options{Table: g.table, OrderByKey: mode.orderByKey}
+	opts := outboxsqlite.Options{Table: g.table, OrderByKey: mode.orderByKey, SkipDeadInKeyOrder: mode.skipDead}
 	names, err := outboxsqlite.New(&sql.DB{}, opts) // validates --table; touches no database
 	if err != nil {
 		return nil, err

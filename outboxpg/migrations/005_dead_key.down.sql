@@ -1,0 +1,1 @@
+DROP INDEX {{schema}}.{{name:key_dead_idx}};

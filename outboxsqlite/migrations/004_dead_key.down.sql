@@ -1,0 +1,1 @@
+DROP INDEX {{name:key_dead_idx}};
