@@ -346,13 +346,35 @@ func TestPurgePublishedLetsOneCallerAtATimeWork(t *testing.T) {
 			results <- n
 		})
 	}
-	time.Sleep(100 * time.Millisecond) // let every caller reach the lock
+	// While the lock is held, all callers but one must give up at once;
+	// the one left waits for the lock. Only then is it released, so the
+	// callers overlapped however slowly they started.
+	var early []int
+	giveUp := time.After(30 * time.Second)
+	for len(early) < callers-1 {
+		select {
+		case r := <-results:
+			early = append(early, r)
+		case <-giveUp:
+			if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
+				t.Error(err)
+			}
+			wg.Wait()
+			t.Fatalf("while another connection held the write lock, %d of %d concurrent purges returned within 30s; want all but one to give up at once", len(early), callers)
+		}
+	}
 	if _, err := conn.ExecContext(ctx, `COMMIT`); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
 	close(results)
 	var total, working int
+	for _, r := range early {
+		total += r
+		if r > 0 {
+			t.Errorf("a purge deleted %d messages while another connection held the write lock", r)
+		}
+	}
 	for r := range results {
 		total += r
 		if r > 0 {

@@ -571,6 +571,10 @@ func testShutdownReleases(t *testing.T, h Harness) {
 	}
 }
 
+// testRetention checks that published messages are kept, then deleted, and
+// never deleted before their retention: a row found gone less than the
+// retention after its publisher was called is a failure, whenever the test
+// looks, so a slow machine cannot make it fail, only later.
 func testRetention(t *testing.T, h Harness) {
 	ctx := context.Background()
 	a := admin(t, h)
@@ -579,31 +583,56 @@ func testRetention(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	rec := NewRecorder()
-	const retention = 1500 * time.Millisecond
-	StartRelay(t, h.Store, rec, outbox.Config{Retention: retention, PollInterval: 50 * time.Millisecond})
+	var (
+		mu     sync.Mutex
+		called = map[uuid.UUID]time.Time{} // first publisher call per message
+	)
+	pub := outbox.PublisherFunc(func(ctx context.Context, batch []outbox.Message) []error {
+		mu.Lock()
+		for _, m := range batch {
+			if _, ok := called[m.ID]; !ok {
+				called[m.ID] = time.Now()
+			}
+		}
+		mu.Unlock()
+		return rec.Publish(ctx, batch)
+	})
+	const retention = 3 * time.Second
+	StartRelay(t, h.Store, pub, outbox.Config{Retention: retention, PollInterval: 50 * time.Millisecond})
 	rec.WaitFor(t, 10*time.Second, "both messages published", func() bool { return rec.Distinct() == 2 })
-	waitEmpty(t, h, 10*time.Second)
-	for _, m := range msgs {
-		got, err := a.Get(ctx, m.ID)
-		if err != nil {
-			t.Fatalf("published message %s with retention on: %v, want it kept", m.ID, err)
-		}
-		if got.Status != outbox.StatusPublished || got.PublishedAt.IsZero() {
-			t.Fatalf("kept message %s: status %s, published at %v; want published with its time", m.ID, got.Status, got.PublishedAt)
-		}
-	}
 	deadline := time.Now().Add(retention + 15*time.Second)
-	for _, m := range msgs {
-		for {
-			_, err := a.Get(ctx, m.ID)
-			if errors.Is(err, outbox.ErrNotFound) {
-				break
+	kept, gone := map[uuid.UUID]bool{}, map[uuid.UUID]bool{}
+	for len(gone) < len(msgs) {
+		for _, m := range msgs {
+			if gone[m.ID] {
+				continue
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("message %s still kept %v after publishing, retention is %v (err %v)", m.ID, time.Since(deadline.Add(-15*time.Second)), retention, err)
+			mu.Lock()
+			publishing := called[m.ID]
+			mu.Unlock()
+			got, err := a.Get(ctx, m.ID)
+			now := time.Now()
+			switch {
+			case errors.Is(err, outbox.ErrNotFound):
+				if age := now.Sub(publishing); age < retention-clockSlack {
+					t.Fatalf("message %s gone %v after it was handed to the publisher; retention is %v", m.ID, age, retention)
+				}
+				if !kept[m.ID] {
+					t.Fatalf("message %s was gone at the first look, %v after publishing, so the test could not see it kept: the machine stalled for the whole retention", m.ID, now.Sub(publishing))
+				}
+				gone[m.ID] = true
+			case err != nil:
+				t.Fatalf("Get(%s): %v", m.ID, err)
+			case got.Status == outbox.StatusPublished && !got.PublishedAt.IsZero():
+				kept[m.ID] = true
+			case got.Status != outbox.StatusPending: // pending: its outcome not recorded yet
+				t.Fatalf("kept message %s: status %s, published at %v; want published with its time", m.ID, got.Status, got.PublishedAt)
 			}
-			time.Sleep(50 * time.Millisecond)
+			if !gone[m.ID] && now.After(deadline) {
+				t.Fatalf("message %s still kept %v after publishing, retention is %v", m.ID, now.Sub(publishing), retention)
+			}
 		}
+		time.Sleep(50 * time.Millisecond) // polling the table
 	}
 }
 

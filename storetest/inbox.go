@@ -154,14 +154,24 @@ func testInboxConcurrentDuplicates[TTx any](t *testing.T, h InboxHarness[TTx]) {
 			wg      sync.WaitGroup
 			errs    = make(chan error, deliveries)
 			start   = make(chan struct{})
+			arrived atomic.Int32
+			all     = make(chan struct{}) // every delivery has called Handle
 		)
 		for range deliveries {
 			wg.Go(func() {
 				<-start
+				if arrived.Add(1) == deliveries {
+					close(all)
+				}
 				ok, err := in.Handle(t.Context(), id, func(ctx context.Context, tx TTx) error {
-					// Hold the transaction open so the other deliveries
-					// arrive while it runs.
-					time.Sleep(5 * time.Millisecond)
+					// Hold the transaction open until every delivery has
+					// arrived, however slowly the machine schedules them,
+					// so they run together and not one after the other.
+					select {
+					case <-all:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
 					return h.Effect(ctx, tx, id)
 				})
 				if err != nil {
@@ -208,13 +218,22 @@ func testInboxDuplicateAfterFailedFirst[TTx any](t *testing.T, h InboxHarness[TT
 		err     error
 	}
 	second := make(chan result, 1)
+	calling := make(chan struct{})
 	go func() {
+		close(calling)
 		applied, err := in.Handle(t.Context(), id, func(ctx context.Context, tx TTx) error { return h.Effect(ctx, tx, id) })
 		second <- result{applied, err}
 	}()
-	// Let the second delivery reach the record the first one holds (it
-	// waits there); if it gets there later, what follows holds the same.
-	time.Sleep(20 * time.Millisecond)
+	// The second delivery is under way before the first fails, however
+	// slow the machine: it reaches the record the first one holds and
+	// waits there, or gets there after the rollback; the outcome must be
+	// the same either way.
+	<-calling
+	select {
+	case r := <-second:
+		t.Fatalf("second delivery of message %s returned (applied %v, %v) while the first still held it; want it to wait", id, r.applied, r.err)
+	case <-time.After(20 * time.Millisecond): // a moment to reach the record; not needed for the outcome
+	}
 	close(fail)
 	if err := <-first; !errors.Is(err, errFirst) {
 		t.Fatalf("first delivery: %v; want its handler's error", err)
@@ -284,7 +303,9 @@ func testInboxPurgeWaitsForOutgoing[TTx any](t *testing.T, h InboxHarness[TTx]) 
 	if err != nil || !applied {
 		t.Fatalf("handle message %s writing an outgoing message: applied %v, %v", busy, applied, err)
 	}
-	const retention = 100 * time.Millisecond
+	// Long enough that the purge right after the publication below comes
+	// within it on a loaded machine; the waits for it to pass are polls.
+	const retention = time.Second
 	purge := func() int {
 		t.Helper()
 		n, err := PurgeAll(t.Context(), h.Purge, retention)
@@ -293,10 +314,23 @@ func testInboxPurgeWaitsForOutgoing[TTx any](t *testing.T, h InboxHarness[TTx]) 
 		}
 		return n
 	}
-	// Both records are older than the retention: only the one without a
-	// pending outgoing message goes.
-	time.Sleep(2 * retention)
-	if n := purge(); n != 1 {
+	// purgeOnce polls until a purge deletes something and returns how many.
+	purgeOnce := func(what string) int {
+		t.Helper()
+		deadline := time.Now().Add(retention + 30*time.Second)
+		for {
+			if n := purge(); n > 0 {
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no purge deleted anything within %v: %s", retention+30*time.Second, what)
+			}
+			time.Sleep(20 * time.Millisecond) // polling: the retention is the database's clock
+		}
+	}
+	// Once both records are older than the retention, only the one without
+	// a pending outgoing message goes.
+	if n := purgeOnce("want " + quiet.String() + "'s record purged"); n != 1 {
 		t.Fatalf("purge while %s's outgoing message is pending deleted %d records; want 1 (%s's)", busy, n, quiet)
 	}
 	if handle(t, h, in, busy) {
@@ -315,8 +349,7 @@ func testInboxPurgeWaitsForOutgoing[TTx any](t *testing.T, h InboxHarness[TTx]) 
 	if n := purge(); n != 0 {
 		t.Fatalf("purge right after the outgoing message was published deleted %d records; want 0 (the retention counts from the publication)", n)
 	}
-	time.Sleep(2 * retention)
-	if n := purge(); n != 1 {
+	if n := purgeOnce("want " + busy.String() + "'s record purged a retention after its outgoing message was published"); n != 1 {
 		t.Fatalf("purge a retention after the publication deleted %d records; want 1", n)
 	}
 }
