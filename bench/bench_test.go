@@ -288,3 +288,33 @@ func BenchmarkWriterCommits(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRelayDrainWorkers drains the backlog at batch 1000 with one
+// relay of 1, 2 and 4 workers, with leased claims and with claims held in
+// transactions (Options.TransactionLeases), unordered and in key order
+// over 64 keys: a mode whose claims starve each other does not speed up
+// with workers. Run both modes in the same run and compare ratios (the
+// machine is shared and noisy; docs/benchmarks.md gives the command).
+func BenchmarkRelayDrainWorkers(b *testing.B) {
+	for _, mode := range []string{"leased", "transaction"} {
+		for _, keys := range []int{0, 64} {
+			for _, workers := range []int{1, 2, 4} {
+				name := fmt.Sprintf("lease=%s/keys=%d/workers=%d", mode, keys, workers)
+				if keys == 0 {
+					name = fmt.Sprintf("lease=%s/keys=unordered/workers=%d", mode, workers)
+				}
+				b.Run(name, func(b *testing.B) {
+					pool, _, opts := setup(b, outboxpg.Options{})
+					opts.OrderByKey = keys > 0
+					opts.TransactionLeases = mode == "transaction"
+					store, err := outboxpg.New(pool, opts)
+					if err != nil {
+						b.Fatal(err)
+					}
+					drainWith(b, store, noopPublisher{}, outbox.Config{BatchSize: 1000, Workers: workers}, 1, backlog,
+						func() { fillKeys(b, pool, opts, backlog, cmp.Or(keys, 64)) })
+				})
+			}
+		}
+	}
+}
