@@ -81,12 +81,6 @@ func (s *memInbox) Unpark(_ context.Context, consumer string, id uuid.UUID) erro
 	return nil
 }
 
-func (s *memInbox) requestRetry(consumer string, id uuid.UUID) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.retry[recordKey(consumer, id)] = true
-}
-
 func (s *memInbox) parkedBy(consumer string, id uuid.UUID) (outbox.ParkedMessage, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
