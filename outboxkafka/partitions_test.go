@@ -125,3 +125,81 @@ func countHandled(handled map[uuid.UUID]bool, ids []uuid.UUID) int {
 	}
 	return n
 }
+
+// A record retrying in one member does not hold up the group: a second
+// member joins, gets a partition and handles its records while the first
+// member's record still fails. Before the fix the first member blocked the
+// rebalance until every record of its last poll was handled.
+func TestARetryingRecordDoesNotHoldUpARebalance(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t)
+	topic, dead := c.Topic(t, 2, nil), c.Topic(t, 1, nil)
+	cfg := outboxkafka.ConsumerConfig{Group: "billing-" + uuid.NewString()[:8], Topics: []string{topic}, DeadLetterTopic: dead,
+		MaxDeliver: 1 << 30, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	poison := produceTo(t, c, topic, 0, "a")
+
+	var (
+		mu       sync.Mutex
+		byMember = map[uuid.UUID]string{}
+	)
+	failing := make(chan struct{})
+	var once sync.Once
+	member := func(name string) func(context.Context, outbox.Message) error {
+		return func(_ context.Context, m outbox.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if m.ID == poison && name == "first" {
+				once.Do(func() { close(failing) })
+				return errors.New("poison in the first member")
+			}
+			byMember[m.ID] = name
+			return nil
+		}
+	}
+	start := func(name string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- outboxkafka.Consume(ctx, c.Seeds(), cfg, member(name), kgo.FetchMaxWait(100*time.Millisecond),
+				kgo.AutoCommitInterval(100*time.Millisecond), kgo.HeartbeatInterval(100*time.Millisecond))
+		}()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Consume (%s member): %v", name, err)
+			}
+		})
+	}
+	start("first")
+	select {
+	case <-failing:
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out waiting for the first attempt at partition 0's record")
+	}
+	start("second")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		// Records keep coming to partition 1, whichever member has it.
+		produceTo(t, c, topic, 1, "b")
+		mu.Lock()
+		second := 0
+		for _, name := range byMember {
+			second += b2i(name == "second")
+		}
+		mu.Unlock()
+		if second > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second member handled nothing in 20 s while the first retried partition 0's record: the rebalance waited for it")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
