@@ -234,12 +234,13 @@ func (ps *partitions) push(ctx context.Context, topic string, number int32, reco
 	ps.mu.Unlock()
 	p.mu.Lock()
 	p.queue = append(p.queue, records...)
-	pause := !p.paused && len(p.queue) >= pauseAt
-	p.paused = p.paused || pause
-	p.mu.Unlock()
-	if pause {
+	if !p.paused && len(p.queue) >= pauseAt {
+		// Under p.mu, as resuming is: a pause and a resume that
+		// crossed would leave the partition paused for good.
+		p.paused = true
 		ps.client.PauseFetchPartitions(map[string][]int32{topic: {number}})
 	}
+	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -259,12 +260,11 @@ func (ps *partitions) run(ctx context.Context, p *partition) {
 			p.queue[0] = nil
 			p.queue = p.queue[1:]
 		}
-		resume := p.paused && len(p.queue) <= pauseAt/2
-		p.paused = p.paused && !resume
-		p.mu.Unlock()
-		if resume {
+		if p.paused && len(p.queue) <= pauseAt/2 {
+			p.paused = false
 			ps.client.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
 		}
+		p.mu.Unlock()
 		if r == nil {
 			select {
 			case <-p.wake:
@@ -325,9 +325,12 @@ func (ps *partitions) stop(which map[string][]int32) {
 	}
 	for _, p := range stopping {
 		<-p.done
-		if p.paused { // run has returned: p is no longer shared
+		p.mu.Lock()
+		if p.paused {
+			p.paused = false
 			ps.client.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}})
 		}
+		p.mu.Unlock()
 	}
 }
 

@@ -203,3 +203,79 @@ func b2i(b bool) int {
 	}
 	return 0
 }
+
+// A partition held back by a failing record with more records behind it
+// than Consume queues (its fetching pauses, then resumes) loses none: once
+// the record recovers, every record is handled once, in offset order, and
+// committed.
+func TestAPartitionHeldBackWithAFullQueueLosesNoRecord(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t)
+	topic, dead := c.Topic(t, 2, nil), c.Topic(t, 1, nil)
+	cfg := outboxkafka.ConsumerConfig{Group: "billing-" + uuid.NewString()[:8], Topics: []string{topic}, DeadLetterTopic: dead,
+		MaxDeliver: 1 << 30, BackoffBase: time.Millisecond, BackoffMax: 2 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Seeds()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var ids []uuid.UUID
+	var records []*kgo.Record
+	for range 1500 {
+		id := uuid.Must(uuid.NewV7())
+		ids = append(ids, id)
+		records = append(records, &kgo.Record{Topic: topic, Key: []byte("a"), Value: []byte("a"),
+			Headers: []kgo.RecordHeader{{Key: outboxkafka.HeaderID, Value: []byte(id.String())}}})
+	}
+	if err := cl.ProduceSync(ctxTimeout(t, 30*time.Second), records...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu       sync.Mutex
+		failures int
+		handled  []uuid.UUID
+	)
+	failing := make(chan struct{})
+	fn := func(_ context.Context, m outbox.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.ID == ids[0] && failures < 200 {
+			if failures++; failures == 1 {
+				close(failing)
+			}
+			return errors.New("poison, for a while")
+		}
+		handled = append(handled, m.ID)
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- outboxkafka.Consume(ctx, c.Seeds(), cfg, fn, kgo.FetchMaxWait(100*time.Millisecond), kgo.AutoCommitInterval(100*time.Millisecond))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Consume: %v", err)
+		}
+	})
+	select {
+	case <-failing:
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out waiting for the first attempt at the first record")
+	}
+	eventually(t, "every record committed", func() bool {
+		return committedOffsets(t, c, cfg.Group, topic)[0] == int64(len(ids))
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(handled) != len(ids) {
+		t.Fatalf("handled %d records, want %d once each", len(handled), len(ids))
+	}
+	for i, id := range handled {
+		if id != ids[i] {
+			t.Fatalf("record %d handled as %s, want %s: the partition's order broke", i, id, ids[i])
+		}
+	}
+}
