@@ -122,6 +122,10 @@ func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx co
 	lanes := consume.Config{
 		Consumer: cfg.Name, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked,
+		// The broker sends at most Prefetch unacknowledged messages: the
+		// lanes hold what it sent, so a key that fails waits with its
+		// queue and never stops the dispatch below that window.
+		MaxHeld: cfg.Prefetch,
 	}
 	stopRetrying := consume.StartRetrying(ctx, lanes, fn)
 	defer stopRetrying()

@@ -145,6 +145,9 @@ func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn
 	lanesCfg := consume.Config{
 		Consumer: cfg.Durable, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked,
+		// The server sends at most MaxAckPending unacknowledged messages
+		// (consumer_run.go): the lanes hold what it sent.
+		MaxHeld: cfg.Concurrency * 32,
 	}
 	// When Consume gives up (a connection closed for good), the messages
 	// queued in the lanes could not be acknowledged anyway: stop them.
