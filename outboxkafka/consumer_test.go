@@ -26,7 +26,12 @@ import (
 // published to the first.
 func groupSetup(t *testing.T, msgs []outbox.Message) (*kafkatest.Cluster, outboxkafka.ConsumerConfig) {
 	t.Helper()
-	c := kafkatest.Start(t)
+	return groupSetupOn(t, kafkatest.Start(t), msgs)
+}
+
+// groupSetupOn is groupSetup on the cluster c.
+func groupSetupOn(t *testing.T, c *kafkatest.Cluster, msgs []outbox.Message) (*kafkatest.Cluster, outboxkafka.ConsumerConfig) {
+	t.Helper()
 	topic, dead := c.Topic(t, 2, nil), c.Topic(t, 1, nil)
 	publish(t, c, topic, msgs)
 	return c, outboxkafka.ConsumerConfig{Group: "billing-" + uuid.NewString()[:8], Topics: []string{topic}, DeadLetterTopic: dead,
@@ -233,10 +238,8 @@ func TestARecordThatCannotBeParkedHoldsItsPartitionAndComesAgain(t *testing.T) {
 	t.Parallel()
 	poison := publishertest.Messages("", 1)[0]
 	poison.Key = "customer-7" // one partition: the later record below comes after it
-	c, cfg := groupSetup(t, []outbox.Message{poison})
-	if c.Fake() == nil {
-		t.Skip("faults are injected into kfake only")
-	}
+	// Faults are injected into kfake.
+	c, cfg := groupSetupOn(t, kafkatest.StartFake(t), []outbox.Message{poison})
 	cfg.MaxDeliver = 2
 	refused := c.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: cfg.DeadLetterTopic, Err: kerr.TopicAuthorizationFailed, Count: -1})
 	var (

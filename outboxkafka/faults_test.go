@@ -3,7 +3,6 @@ package outboxkafka_test
 import (
 	"context"
 	"errors"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,21 +17,6 @@ import (
 	"github.com/go-outbox/outbox/outboxkafka"
 	"github.com/go-outbox/outbox/publishertest"
 )
-
-// requireFake skips a test that needs kfake when the tests run against the
-// real cluster of TEST_KAFKA_SEEDS, and fails it under CI=true: CI that sets
-// TEST_KAFKA_SEEDS must run this module without it as well, or these tests
-// run nowhere.
-func requireFake(t *testing.T, c *kafkatest.Cluster, why string) {
-	t.Helper()
-	if c.Fake() != nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s, and %s points the tests at a real cluster: CI must run this test without %s too", why, kafkatest.EnvSeeds, kafkatest.EnvSeeds)
-	}
-	t.Skipf("%s; %s is set", why, kafkatest.EnvSeeds)
-}
 
 // TestBrokerErrorsMapToOutcomes makes a kfake broker answer produce requests
 // with errors and checks each message's outcome, and that the records
@@ -72,8 +56,7 @@ func TestBrokerErrorsMapToOutcomes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := kafkatest.Start(t)
-			requireFake(t, c, "faults are injected into kfake only")
+			c := kafkatest.StartFake(t) // faults are injected into kfake
 			topic := c.Topic(t, 1, nil)
 			c.Fake().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: tc.err, Count: tc.count})
 			// Frequent metadata refreshes keep the client's own retries
@@ -124,8 +107,7 @@ func TestBrokerErrorsMapToOutcomes(t *testing.T) {
 // ever reaches the topic.
 func TestUnreachableClusterFailsLaterBatchesUnavailableAndUnsent(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t)
-	requireFake(t, c, "the outage is injected into kfake only")
+	c := kafkatest.StartFake(t) // the outage is injected into kfake
 	topic := c.Topic(t, 1, nil)
 	var down atomic.Bool
 	c.Fake().ControlKey(-1, func(kmsg.Request) (kmsg.Response, error, bool) {

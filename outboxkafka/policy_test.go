@@ -22,8 +22,8 @@ import (
 // ERROR level; once the topic exists the same messages go through.
 func TestMissingTopicIsRetryableLogsTheFixAndPublishesOnceCreated(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t)
-	requireFake(t, c, "the test creates a topic of a fixed name, which kfake alone forgets")
+	// A topic of a fixed name: a cluster of its own forgets it.
+	c := kafkatest.StartFake(t)
 	logs := &relaytest.LogCapture{}
 	// The client gives up on the topic at its first unknown-topic answer
 	// instead of after 4 metadata refreshes.

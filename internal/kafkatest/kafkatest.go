@@ -7,7 +7,8 @@
 // run on. When TEST_KAFKA_SEEDS is set (host:port[,host:port...]) the same
 // tests run against that real cluster instead, each on topics with fresh
 // random names that are deleted afterwards, so parallel tests and test runs
-// never see each other's records.
+// never see each other's records. StartFake always begins a kfake cluster,
+// for the tests that inject faults or need a cluster of their own.
 package kafkatest
 
 import (
@@ -48,37 +49,53 @@ type Cluster struct {
 // TEST_KAFKA_SEEDS when that is set. Everything is closed when t ends.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
-	c := &Cluster{}
-	if env := os.Getenv(EnvSeeds); env != "" {
-		for s := range strings.SplitSeq(env, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				c.seeds = append(c.seeds, s)
-			}
-		}
-	} else {
-		fake, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			t.Fatalf("kafkatest: start kfake cluster: %v", err)
-		}
-		t.Cleanup(fake.Close)
-		c.fake = fake
-		c.seeds = fake.ListenAddrs()
+	env := os.Getenv(EnvSeeds)
+	if env == "" {
+		return StartFake(t)
 	}
+	c := &Cluster{}
+	for s := range strings.SplitSeq(env, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.seeds = append(c.seeds, s)
+		}
+	}
+	c.openAdmin(t)
+	return c
+}
+
+// StartFake returns a fresh in-process kfake cluster with one broker,
+// whatever TEST_KAFKA_SEEDS says, for tests that inject faults into it or
+// that a real cluster shared by test runs cannot host (topics of fixed names,
+// a cluster taken down): they run everywhere and never skip. opts are added
+// to the cluster's options. Everything is closed when t ends.
+func StartFake(t testing.TB, opts ...kfake.Opt) *Cluster {
+	t.Helper()
+	fake, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kafkatest: start kfake cluster: %v", err)
+	}
+	t.Cleanup(fake.Close)
+	c := &Cluster{fake: fake, seeds: fake.ListenAddrs()}
+	c.openAdmin(t)
+	return c
+}
+
+func (c *Cluster) openAdmin(t testing.TB) {
+	t.Helper()
 	admin, err := kgo.NewClient(kgo.SeedBrokers(c.seeds...))
 	if err != nil {
 		t.Fatalf("kafkatest: admin client for %v: %v", c.seeds, err)
 	}
 	t.Cleanup(admin.Close)
 	c.admin = admin
-	return c
 }
 
 // Seeds returns the addresses of the cluster's seed brokers.
 func (c *Cluster) Seeds() []string { return append([]string(nil), c.seeds...) }
 
 // Fake returns the in-process kfake cluster, for tests that inject faults,
-// or nil when the cluster is the real one of TEST_KAFKA_SEEDS (such tests
-// skip then).
+// or nil when the cluster is the real one of TEST_KAFKA_SEEDS: tests that
+// need it start their cluster with StartFake.
 func (c *Cluster) Fake() *kfake.Cluster { return c.fake }
 
 // Topic creates a topic with a fresh name, the given number of partitions and

@@ -63,3 +63,15 @@ func TestClosedAddrRefusesConnections(t *testing.T) {
 		t.Fatalf("something listens on %s", addr)
 	}
 }
+
+func TestStartFakeIsInProcessEvenWhenARealClusterIsNamed(t *testing.T) {
+	t.Setenv(kafkatest.EnvSeeds, kafkatest.ClosedAddr(t))
+	c := kafkatest.StartFake(t)
+	if c.Fake() == nil {
+		t.Fatal("StartFake returned a cluster without kfake while TEST_KAFKA_SEEDS was set")
+	}
+	if got, want := c.Seeds(), c.Fake().ListenAddrs(); len(got) != len(want) || got[0] != want[0] {
+		t.Fatalf("seeds %v, want kfake's %v", got, want)
+	}
+	c.Topic(t, 1, nil)
+}
