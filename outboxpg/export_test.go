@@ -14,16 +14,16 @@ func PurgeLockKey(s *Store) int64 { return s.names.purgeLockKey }
 // ChannelName is channelName, for tests of long names.
 var ChannelName = channelName
 
-// RollBackHeld rolls back every claim s holds in a transaction
+// RollBackOpenClaims rolls back every open claim of s
 // (Options.TransactionLeases), as their leases ending would: tests that
 // leave claims unsettled give their connections back to the pool with it.
-func RollBackHeld(s *Store) { openClaims.rollBack(s) }
+func RollBackOpenClaims(s *Store) { allOpenClaims.rollBack(s) }
 
-// HoldOn takes token's claim out of reach of every Store, its timer
+// HangOpenClaim takes token's claim out of reach of every Store, its timer
 // stopped, as a relay that hung would leave it, and returns its
 // connection (nil if there is no such claim).
-func HoldOn(token uuid.UUID) *pgxpool.Conn {
-	claim := openClaims.take(token)
+func HangOpenClaim(token uuid.UUID) *pgxpool.Conn {
+	claim := allOpenClaims.take(token)
 	if claim == nil {
 		return nil
 	}

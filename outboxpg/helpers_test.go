@@ -82,9 +82,9 @@ func pgxHarnessWith(t *testing.T, pool *pgxpool.Pool, opts outboxpg.Options) sto
 	skipOpts.SkipDeadInKeyOrder = true
 	skipping := keyOrderedWith(t, pool, store, skipOpts)
 	t.Cleanup(func() {
-		outboxpg.RollBackHeld(store)
-		outboxpg.RollBackHeld(ordered)
-		outboxpg.RollBackHeld(skipping)
+		outboxpg.RollBackOpenClaims(store)
+		outboxpg.RollBackOpenClaims(ordered)
+		outboxpg.RollBackOpenClaims(skipping)
 	})
 	w := newWriter(t, store)
 	return storetest.Harness{

@@ -17,12 +17,12 @@ import (
 	"github.com/go-outbox/outbox/outboxdriver"
 )
 
-// heldClaims are the open claims of a Store with TransactionLeases: each
+// openClaims are the open claims of a Store with TransactionLeases: each
 // claim's transaction deleted its rows and stays open, on a connection of
 // its own, until the exchange that settles the claim commits it. The rows
 // are gone for nobody else until then: other transactions still see them,
 // pending, and skip them because they are locked (SKIP LOCKED), and in key
-// order a held head still holds back the rest of its key. Whoever takes a
+// order an open claim's head still holds back the rest of its key. Whoever takes a
 // claim out of the map owns its connection; a claim never settled is
 // rolled back when its lease ends: its connection is closed, and PostgreSQL
 // rolls the transaction back (as it does by itself, through
@@ -31,18 +31,18 @@ import (
 // The claims of every Store of the process are kept together, by token, so
 // that any Store of the table settles or releases a claim, whichever one
 // made it, as it could a lease written into the rows.
-type heldClaims struct {
+type openClaims struct {
 	mu     sync.Mutex
-	claims map[uuid.UUID]*heldClaim
+	claims map[uuid.UUID]*openClaim
 }
 
-// openClaims are the open claims of every Store in the process.
-var openClaims heldClaims
+// allOpenClaims are the open claims of every Store in the process.
+var allOpenClaims openClaims
 
-// heldClaim is one open claim.
-type heldClaim struct {
+// openClaim is one open claim.
+type openClaim struct {
 	store *Store // the claim's, whose statements put its rows back
-	conn  *heldConn
+	conn  *openClaimConn
 	// rows are the claim's rows as they were stored, to put back those
 	// that are not published.
 	rows     map[uuid.UUID]storedRow
@@ -50,45 +50,45 @@ type heldClaim struct {
 	expiry   *time.Timer // rolls the claim back at deadline
 }
 
-// heldConn is the connection of a claim held in a transaction, and the
-// place it takes among its pool's holdPlaces, given back with it.
-type heldConn struct {
+// openClaimConn is the connection of an open claim, and the place it takes
+// among its pool's openClaimPlaces, given back with it.
+type openClaimConn struct {
 	*pgxpool.Conn
 	place chan struct{}
 }
 
 // Release returns the connection to its pool (which closes it if a
 // transaction is left open, rolling it back) and its place.
-func (c *heldConn) Release() {
+func (c *openClaimConn) Release() {
 	c.Conn.Release()
 	<-c.place
 }
 
-// holdPlaces bounds the claims that hold a transaction open on each pool to
-// half its connections (at least one). The other half is left to what else
+// openClaimPlaces bounds the open claims on each pool to half its
+// connections (at least one). The other half is left to what else
 // runs on the pool: the relay's probes and leased claims, writers, and
 // publishers that run transactions of their own on it (in-process handlers
 // with an inbox, outboxevents.Dispatcher), which each worker's batch needs
 // while its claim holds a connection. A claim that finds no place is leased
-// by its columns instead (slower, never stuck): with every connection held
-// by claims, such handlers waited out their deadlines until the messages
-// were dead letters (TestTransactionLeasesLeaveConnectionsForHandlersOnTheSamePool).
-var holdPlaces struct {
+// by its columns instead (slower, never stuck): with every connection taken
+// by open claims, such handlers would wait out their deadlines until the
+// messages were dead letters (TestTransactionLeasesLeaveConnectionsForHandlersOnTheSamePool).
+var openClaimPlaces struct {
 	mu     sync.Mutex
 	byPool map[*pgxpool.Pool]chan struct{}
 }
 
-// holdPlacesOf returns pool's places, made on first use.
-func holdPlacesOf(pool *pgxpool.Pool) chan struct{} {
-	holdPlaces.mu.Lock()
-	defer holdPlaces.mu.Unlock()
-	if holdPlaces.byPool == nil {
-		holdPlaces.byPool = map[*pgxpool.Pool]chan struct{}{}
+// openClaimPlacesOf returns pool's places, made on first use.
+func openClaimPlacesOf(pool *pgxpool.Pool) chan struct{} {
+	openClaimPlaces.mu.Lock()
+	defer openClaimPlaces.mu.Unlock()
+	if openClaimPlaces.byPool == nil {
+		openClaimPlaces.byPool = map[*pgxpool.Pool]chan struct{}{}
 	}
-	places, ok := holdPlaces.byPool[pool]
+	places, ok := openClaimPlaces.byPool[pool]
 	if !ok {
 		places = make(chan struct{}, max(1, pool.Config().MaxConns/2))
-		holdPlaces.byPool[pool] = places
+		openClaimPlaces.byPool[pool] = places
 	}
 	return places
 }
@@ -101,11 +101,11 @@ type storedRow struct {
 }
 
 // put keeps claim under token until it is taken or its lease ends.
-func (h *heldClaims) put(token uuid.UUID, claim *heldClaim) {
+func (h *openClaims) put(token uuid.UUID, claim *openClaim) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.claims == nil {
-		h.claims = map[uuid.UUID]*heldClaim{}
+		h.claims = map[uuid.UUID]*openClaim{}
 	}
 	if old := h.claims[token]; old != nil && old != claim {
 		// A token claimed twice: the first claim would be out of reach.
@@ -121,7 +121,7 @@ func (h *heldClaims) put(token uuid.UUID, claim *heldClaim) {
 }
 
 // remove removes token's claim if it is claim, and reports whether it was.
-func (h *heldClaims) remove(token uuid.UUID, claim *heldClaim) bool {
+func (h *openClaims) remove(token uuid.UUID, claim *openClaim) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.claims[token] != claim {
@@ -133,7 +133,7 @@ func (h *heldClaims) remove(token uuid.UUID, claim *heldClaim) bool {
 
 // take removes token's claim and returns it, or nil if there is none or
 // its lease ended (then it is rolled back).
-func (h *heldClaims) take(token uuid.UUID) *heldClaim {
+func (h *openClaims) take(token uuid.UUID) *openClaim {
 	h.mu.Lock()
 	claim := h.claims[token]
 	delete(h.claims, token)
@@ -151,7 +151,7 @@ func (h *heldClaims) take(token uuid.UUID) *heldClaim {
 
 // rollBack rolls back every claim store holds: their messages are due
 // again.
-func (h *heldClaims) rollBack(store *Store) {
+func (h *openClaims) rollBack(store *Store) {
 	h.mu.Lock()
 	var tokens []uuid.UUID
 	for token, c := range h.claims {
@@ -167,27 +167,27 @@ func (h *heldClaims) rollBack(store *Store) {
 	}
 }
 
-// exchangeHeld is SettleAndClaim with TransactionLeases: one round trip
+// exchangeOpen is SettleAndClaim with TransactionLeases: one round trip
 // puts back the settled claim's unpublished rows, commits its transaction,
 // and opens the next claim's on the same connection.
-func (s *Store) exchangeHeld(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
-	prev := openClaims.take(settle.Token)
-	var conn *heldConn
+func (s *Store) exchangeOpen(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
+	prev := allOpenClaims.take(settle.Token)
+	var conn *openClaimConn
 	switch {
 	case prev != nil:
 		conn = prev.conn
 	case claim.Limit > 0:
-		places := holdPlacesOf(s.pool)
+		places := openClaimPlacesOf(s.pool)
 		select {
 		case places <- struct{}{}:
-			conn = &heldConn{place: places}
+			conn = &openClaimConn{place: places}
 		default:
-			s.warnNoPlaceToHold()
+			s.warnNoPlaceForOpenClaim()
 			return s.exchangeLeased(ctx, settle, claim, s.leasedClaim)
 		}
 	}
 	if prev == nil && !settle.Empty() {
-		// Not one of the held claims: leased by its columns (ClaimIDs),
+		// Not an open claim: leased by its columns (ClaimIDs),
 		// or its transaction ended, rolled back, and the outcomes find
 		// nothing leased to the token.
 		if _, err := s.exchangeLeased(ctx, settle, outboxdriver.Claim{}, ""); err != nil {
@@ -237,7 +237,7 @@ func (s *Store) exchangeHeld(ctx context.Context, settle outboxdriver.Settlement
 		conn.Release() // closed if a transaction is left open: it rolls back
 		return nil, exchangeError(s.Name(), settle, claim, err)
 	}
-	open := &heldClaim{store: s, conn: conn, rows: res.stored, deadline: claimed.Add(claim.Lease)}
+	open := &openClaim{store: s, conn: conn, rows: res.stored, deadline: claimed.Add(claim.Lease)}
 	if len(res.undecodable) > 0 {
 		// As exchangeLeased does: dead letters, within the claim.
 		if err := putBackNow(ctx, open, outboxdriver.Settlement{Dead: res.undecodable}); err != nil {
@@ -257,14 +257,14 @@ func (s *Store) exchangeHeld(ctx context.Context, settle outboxdriver.Settlement
 		conn.Release()
 		return nil, nil
 	}
-	openClaims.put(claim.Token, open)
+	allOpenClaims.put(claim.Token, open)
 	return res.msgs, nil
 }
 
-// releaseHeld is Release for a held claim: rows go back unchanged; once
+// releaseOpen is Release for an open claim: rows go back unchanged; once
 // none is left, the transaction rolls back, which puts back every row
 // (those put back before too) as it was.
-func releaseHeld(ctx context.Context, claim *heldClaim, token uuid.UUID, ids []uuid.UUID) error {
+func releaseOpen(ctx context.Context, claim *openClaim, token uuid.UUID, ids []uuid.UUID) error {
 	left := len(claim.rows)
 	for _, id := range ids {
 		if _, ok := claim.rows[id]; ok {
@@ -280,13 +280,13 @@ func releaseHeld(ctx context.Context, claim *heldClaim, token uuid.UUID, ids []u
 		claim.conn.Release() // rolls back: every row is due again
 		return err
 	}
-	openClaims.put(token, claim)
+	allOpenClaims.put(token, claim)
 	return nil
 }
 
 // putBackNow puts back, within claim's transaction, the rows settle
 // retries, releases or dead-letters, which the claim then no longer holds.
-func putBackNow(ctx context.Context, claim *heldClaim, settle outboxdriver.Settlement) error {
+func putBackNow(ctx context.Context, claim *openClaim, settle outboxdriver.Settlement) error {
 	b := &pgx.Batch{}
 	queuePutBack(b, claim, settle, false)
 	if err := claim.conn.SendBatch(ctx, b).Close(); err != nil {
@@ -309,8 +309,10 @@ func putBackNow(ctx context.Context, claim *heldClaim, settle outboxdriver.Settl
 // retention; when the transaction is to commit (final), every row that
 // settle does not list goes back too, unchanged, so that no message is
 // lost to a settlement that leaves some out. In key order, retried heads
-// then take the rest of their keys back with them (postponeHeld).
-func queuePutBack(b *pgx.Batch, claim *heldClaim, settle outboxdriver.Settlement, final bool) {
+// then take the rest of their keys back with them (postponeHeld), after
+// every row is back: the settlement order of spec §7
+// (docs/design/key-order-claim.md).
+func queuePutBack(b *pgx.Batch, claim *openClaim, settle outboxdriver.Settlement, final bool) {
 	var p putBackArgs
 	listed := make(map[uuid.UUID]bool, settle.Len())
 	for _, id := range settle.Published {
@@ -367,7 +369,7 @@ type putBackArgs struct {
 
 // add appends the row of id, if the claim holds it, with its outcome:
 // status, attempts to add, error (empty: NULL) and delay in microseconds
-// (-1 keeps its due time). It reports whether the claim held the row.
+// (-1 keeps its due time). It reports whether the claim has the row.
 func (p *putBackArgs) add(rows map[uuid.UUID]storedRow, id uuid.UUID, status outboxdriver.Status, attempts int32, lastError string, delay int64) bool {
 	row, ok := rows[id]
 	if !ok {

@@ -122,8 +122,8 @@ func TestRelayWithTransactionLeases(t *testing.T) {
 	relaytest.Run(t, func(t *testing.T) relaytest.Harness {
 		h, _, _ := relayHarness(t, outboxpg.Options{TransactionLeases: true})
 		t.Cleanup(func() {
-			outboxpg.RollBackHeld(h.Store.(*outboxpg.Store))
-			outboxpg.RollBackHeld(h.KeyOrdered.(*outboxpg.Store))
+			outboxpg.RollBackOpenClaims(h.Store.(*outboxpg.Store))
+			outboxpg.RollBackOpenClaims(h.KeyOrdered.(*outboxpg.Store))
 		})
 		return h
 	})

@@ -34,8 +34,8 @@ type Store struct {
 	addresses addressBook // where claimed rows are, to delete them by address
 
 	// leasedClaim, with TransactionLeases, is the claim that writes a
-	// lease instead, for when the pool has no place to hold another
-	// claim's transaction (see holdPlaces).
+	// lease instead, for when the pool has no place for another open
+	// claim (see openClaimPlaces).
 	leasedClaim   string
 	noPlaceWarned atomic.Bool // the warning that says so, logged once
 }
@@ -65,7 +65,7 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	}
 	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n, opts)}
 	if opts.TransactionLeases {
-		s.leasedClaim = leasedClaimBesideHeld(n, opts)
+		s.leasedClaim = leasedClaimBesideOpen(n, opts)
 	}
 	s.ins = newInserter(n, &s.stmts, opts.Notify)
 	return s, nil
@@ -105,14 +105,14 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		return nil, fmt.Errorf("outboxpg: exchange on %s: claim lease %v must be positive", s.Name(), claim.Lease)
 	}
 	if s.opts.TransactionLeases {
-		return s.exchangeHeld(ctx, settle, claim)
+		return s.exchangeOpen(ctx, settle, claim)
 	}
 	return s.exchangeLeased(ctx, settle, claim, "")
 }
 
-// warnNoPlaceToHold tells, once, that the pool is too small to hold a
-// claim per worker in a transaction.
-func (s *Store) warnNoPlaceToHold() {
+// warnNoPlaceForOpenClaim tells, once, that the pool is too small for an
+// open claim per worker.
+func (s *Store) warnNoPlaceForOpenClaim() {
 	if s.noPlaceWarned.Swap(true) {
 		return
 	}
@@ -138,7 +138,8 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 		}
 	}
 	if len(settle.Release) > 0 {
-		// Before postponeHeld, which moves released rows but no leased one.
+		// Before postponeHeld, which moves released rows but no leased one
+		// (the settlement order, spec §7 in docs/design/key-order-claim.md).
 		b.Queue(s.stmts.release, pgUUIDs(settle.Release), pgUUID(settle.Token))
 	}
 	if len(settle.Retry) > 0 {
@@ -163,9 +164,9 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 			// The claim in key order is a long statement whose custom
 			// plans (PostgreSQL's choice for the first five executions
 			// on each connection, and whenever they look cheaper) cost
-			// more to make than the claim takes to run, and were measured
-			// ten times slower with one hot key; its generic plan suits
-			// every case. For this transaction only.
+			// more to make than the claim takes to run; its generic plan
+			// suits every case (measured: docs/benchmarks.md). For this
+			// transaction only.
 			b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`)
 			settles++
 		}
@@ -261,7 +262,7 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt, limit
 	if s.opts.TransactionLeases {
 		res.stored = make(map[uuid.UUID]storedRow, limit)
 	} else {
-		// Where each row is, for the delete by address; a held claim's
+		// Where each row is, for the delete by address; an open claim's
 		// rows are deleted already.
 		res.addresses = make(map[uuid.UUID]pgtype.TID, limit)
 	}
@@ -411,8 +412,8 @@ func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) e
 		return nil
 	}
 	if s.opts.TransactionLeases {
-		if claim := openClaims.take(token); claim != nil {
-			if err := releaseHeld(ctx, claim, token, ids); err != nil {
+		if claim := allOpenClaims.take(token); claim != nil {
+			if err := releaseOpen(ctx, claim, token, ids); err != nil {
 				return fmt.Errorf("outboxpg: release %d message(s) in %s: %w", len(ids), s.Name(), err)
 			}
 			return nil

@@ -69,7 +69,7 @@ func TestATransactionLeaseEndsOnTheServerWhenItsHolderHangs(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("claim: %d messages, %v; want message %s", len(got), err, m.ID)
 	}
-	conn := outboxpg.HoldOn(token)
+	conn := outboxpg.HangOpenClaim(token)
 	if conn == nil {
 		t.Fatalf("claim %s is not held in a transaction", token)
 	}
@@ -100,7 +100,7 @@ func TestATransactionLeaseEndsOnTheServerWhenItsHolderHangs(t *testing.T) {
 	if err != nil || len(again) != 1 || again[0].ID != m.ID || again[0].Attempts != 0 {
 		t.Fatalf("claim after the server ended the held one: %d messages, %v; want message %s again, no attempt counted", len(again), err, m.ID)
 	}
-	outboxpg.RollBackHeld(store)
+	outboxpg.RollBackOpenClaims(store)
 }
 
 // TestConformanceInEveryQueryExecMode runs the suite with the query modes that
@@ -685,7 +685,7 @@ func TestHeldClaimPassesOverHeadsAnotherClaimHolds(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	store := newStore(t, pool, outboxpg.Options{OrderByKey: true, TransactionLeases: true})
-	t.Cleanup(func() { outboxpg.RollBackHeld(store) })
+	t.Cleanup(func() { outboxpg.RollBackOpenClaims(store) })
 
 	// Runs of 4: a claim of 50 reads a head and 3 followers per key, so it
 	// takes 13 keys; the first claim, of 100, takes the first 25.

@@ -38,7 +38,7 @@ func TestConcurrentTransactionLeaseClaimsEachFindFreeWork(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			// A pool of its own, with a place for every claim to hold
-			// (half its connections, see holdPlaces).
+			// (half its connections, see openClaimPlaces).
 			cfg := pgtest.Config(t)
 			cfg.MaxConns = int32(2*c.claims + 2)
 			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
@@ -47,7 +47,7 @@ func TestConcurrentTransactionLeaseClaimsEachFindFreeWork(t *testing.T) {
 			}
 			t.Cleanup(pool.Close)
 			store := newStore(t, pool, outboxpg.Options{OrderByKey: c.orderByKey, TransactionLeases: true})
-			t.Cleanup(func() { outboxpg.RollBackHeld(store) })
+			t.Cleanup(func() { outboxpg.RollBackOpenClaims(store) })
 			if c.keys == 0 {
 				writeUnkeyed(t, store, c.perKey)
 			} else {
@@ -85,7 +85,7 @@ func TestNextDueWithTransactionLeasesIgnoresMessagesHeldByOpenClaims(t *testing.
 			t.Parallel()
 			pool := pgtest.Pool(t)
 			store := newStore(t, pool, outboxpg.Options{OrderByKey: orderByKey, TransactionLeases: true})
-			t.Cleanup(func() { outboxpg.RollBackHeld(store) })
+			t.Cleanup(func() { outboxpg.RollBackOpenClaims(store) })
 			writeRoundRobin(t, store, 10, 2)
 			if got, _ := claimByKey(t, store, 100); len(got) == 0 {
 				t.Fatal("claim: got nothing; want the due messages")
@@ -97,7 +97,7 @@ func TestNextDueWithTransactionLeasesIgnoresMessagesHeldByOpenClaims(t *testing.
 			if ok && wait <= 0 {
 				t.Fatalf("NextDue with every message held by an open claim = due now; want nothing due until the claim ends")
 			}
-			outboxpg.RollBackHeld(store)
+			outboxpg.RollBackOpenClaims(store)
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				wait, ok, err := store.NextDue(t.Context())

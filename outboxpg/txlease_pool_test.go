@@ -32,7 +32,7 @@ func TestTransactionLeasesLeaveConnectionsForHandlersOnTheSamePool(t *testing.T)
 	}
 	t.Cleanup(pool.Close)
 	store := newStore(t, pool, outboxpg.Options{Schema: pgtest.Schema(t), TransactionLeases: true})
-	t.Cleanup(func() { outboxpg.RollBackHeld(store) })
+	t.Cleanup(func() { outboxpg.RollBackOpenClaims(store) })
 
 	const n = 400
 	w := newWriter(t, store)
