@@ -54,9 +54,10 @@ func newStatements(s settings) statements {
 			WHERE e.key = o.key AND e.key <> '' AND e.status = 'pending' AND e.rowid < o.rowid))`
 	}
 	if s.deadHoldsKey {
-		// Nor is a message due behind a dead one of its key, and a run
-		// ends before the first dead message after its head (the key
-		// dead index, migration 4, answers both with one probe).
+		// A dead message holds the rest of its key (spec §8): nor is a
+		// message due behind a dead one of its key, and a run ends before
+		// the first dead message after its head (the key dead index,
+		// migration 4, answers both with one probe).
 		headOfKey += `
 	AND (o.key = '' OR NOT EXISTS (
 		SELECT 1 FROM ` + s.qTable + ` AS d
@@ -77,22 +78,21 @@ ORDER BY available_at, id
 LIMIT ?2`
 	var claimRun string
 	if s.orderByKey {
-		// In key order the claim leases runs, as outboxpg does (see
-		// keyOrderClaim there): heads first, from a walk of the key index
-		// (two probes per key, for at most outboxdriver.KeyWalkLimit keys)
-		// and from the oldest and newest due rows (outboxdriver.KeyWindow
-		// of each), the three lists taking turns for the batch's places
-		// (prio); then, in Go, the consecutive due messages of each head's
-		// key (claimRun). Everything runs under the write lock, so nothing
-		// changes in between. Each row comes with its rowid, the insert
-		// order.
+		// In key order the claim leases runs, by the steps of
+		// docs/design/key-order-claim.md ("spec"; §10 says where SQLite
+		// differs): this statement finds the due heads, then claimRuns
+		// reads their runs in Go (claimRun). Everything runs under the
+		// write lock, so nothing changes in between. Each row comes with
+		// its rowid, the insert order.
 		claimSelect = `
 WITH RECURSIVE walk (key, n) AS (
+	-- spec §4.1 walk: the next key, then its head (candidate)
 	SELECT (SELECT min(key) FROM {t} WHERE status = 'pending' AND key <> ''), 1
 	UNION ALL
 	SELECT (SELECT min(e.key) FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key > w.key), w.n + 1
 	FROM walk AS w WHERE w.key IS NOT NULL AND w.n < ` + strconv.Itoa(outboxdriver.KeyWalkLimit) + `
 ), candidate (rid, prio) AS (
+	-- spec §4.3 candidate: the walk and the two windows (§4.2) take turns
 	SELECT (SELECT e.rowid FROM {t} AS e WHERE e.status = 'pending' AND e.key <> '' AND e.key = w.key ORDER BY e.rowid LIMIT 1), 3 * w.n + 2
 	FROM walk AS w WHERE w.key IS NOT NULL
 	UNION ALL
@@ -104,13 +104,15 @@ WITH RECURSIVE walk (key, n) AS (
 		SELECT rowid AS rid, available_at, id FROM {t} WHERE status = 'pending' AND available_at <= ?1{unleased}
 		ORDER BY available_at DESC, id DESC LIMIT min(?2, ` + strconv.Itoa(outboxdriver.KeyWindow) + `))
 )
+-- spec §4.4 due_head, §4.5 take: every candidate due as a head, in turn order
 SELECT ` + messageColumns + `, o.rowid FROM {t} AS o
 JOIN (SELECT rid, min(prio) AS prio FROM candidate WHERE rid IS NOT NULL GROUP BY rid) AS c ON o.rowid = c.rid
 WHERE status = 'pending' AND available_at <= ?1{unleased}{head_of_key}
 ORDER BY c.prio
 LIMIT ?2`
 		// The messages after a head, in insert order, each with whether it
-		// is due and not leased: the run is the prefix of those that are.
+		// is due and not leased: the run is the prefix of those that are,
+		// below the dead floor (spec §4.6, §4.7, §8).
 		claimRun = `
 SELECT ` + messageColumns + `, rowid, available_at <= ?1{unleased} FROM {t}
 WHERE status = 'pending' AND key = ?2 AND key <> '' AND rowid > ?3` + deadFloor + `
@@ -143,8 +145,9 @@ SET attempts = t.attempts + r.counted, available_at = ?1 + r.delay_us, last_erro
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS delay_us, value ->> 2 AS err, value ->> 3 AS counted FROM json_each(?3)) AS r
 WHERE t.id = r.id AND t.lease_token = ?2`),
 		// In key order, a retried head takes the messages held behind it
-		// back in the queue with it, as in outboxpg (see postponeHeld
-		// there).
+		// back in the queue with it (spec §7). It runs after the release
+		// (see settle); unlike outboxpg's, it moves leased rows too, since
+		// moving a row here changes no address.
 		postponeHeld: sql(`
 UPDATE {t} AS f SET available_at = h.available_at
 FROM {t} AS h

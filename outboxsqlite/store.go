@@ -95,7 +95,7 @@ func (s *Store) Close() error {
 
 // writeTx runs fn in a write transaction (see immediateTx) after the Store's
 // earlier writers. now is the time, in microseconds since the Unix epoch,
-// read once the write lock is held, so waiting for the lock can neither
+// read once the write lock is taken, so waiting for the lock can neither
 // shorten a lease nor make a message due early.
 //
 // Times come from the clock of the machine the Store runs on (time.Now),
@@ -200,7 +200,9 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 	return msgs, nil
 }
 
-// settle runs one statement per non-empty outcome kind of st.
+// settle runs one statement per non-empty outcome kind of st, in the
+// settlement order of docs/design/key-order-claim.md §7, as outboxpg does:
+// published, release, retry and postponeHeld, dead.
 func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outboxdriver.Settlement) error {
 	token := st.Token.String()
 	if len(st.Published) > 0 {
@@ -211,6 +213,13 @@ func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outboxdri
 			_, err = c.ExecContext(ctx, s.stmts.settlePublished, token, idsJSON(st.Published))
 		}
 		if err != nil {
+			return err
+		}
+	}
+	if len(st.Release) > 0 {
+		// Before postponeHeld, so that the rest of a retried head's run
+		// is free when it moves (spec §7).
+		if _, err := c.ExecContext(ctx, s.stmts.release, token, idsJSON(st.Release)); err != nil {
 			return err
 		}
 	}
@@ -242,11 +251,6 @@ func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outboxdri
 			return err
 		}
 		if _, err := c.ExecContext(ctx, s.stmts.settleDead, token, string(b)); err != nil {
-			return err
-		}
-	}
-	if len(st.Release) > 0 {
-		if _, err := c.ExecContext(ctx, s.stmts.release, token, idsJSON(st.Release)); err != nil {
 			return err
 		}
 	}
@@ -442,14 +446,14 @@ type runRow struct {
 	r    int
 }
 
-// claimRuns reads what a claim in key order leases, under the write lock:
-// the heads (claimSelect), then for each key with a head its next due
-// messages, in two passes as outboxpg's claim does. Each key gets a fair
-// share of the places the heads leave (the places divided by the keys),
-// and the share that keys with short runs leave goes to the keys whose runs
-// filled theirs. The followers are ranked by their place in their run, so
-// a cut at the limit leaves each run a prefix. The messages come back with
-// each key's run together, in insert order.
+// claimRuns reads what a claim in key order leases, under the write lock,
+// by the steps of docs/design/key-order-claim.md (spec; §10 for SQLite):
+// the heads (claimSelect: walk to take), then for each key with a head its
+// next due messages, in two passes (top_up, second_top_up). Each key gets a
+// fair share of the places the heads leave (the places divided by the
+// keys), and the share that keys with short runs leave goes to the keys
+// whose runs filled theirs. The messages come back with each key's run
+// together, in insert order (sort).
 func (s *Store) claimRuns(ctx context.Context, c *sql.Conn, now int64, limit int) ([]outbox.Message, []outboxdriver.Failure, error) {
 	var heads []runRow
 	rows, err := c.QueryContext(ctx, s.stmts.claimSelect, now, limit)
@@ -462,6 +466,7 @@ func (s *Store) claimRuns(ctx context.Context, c *sql.Conn, now int64, limit int
 	if err != nil {
 		return nil, nil, err
 	}
+	// spec §4.6 top_up, §4.7 second_top_up: the places take left.
 	places := limit - len(heads)
 	var keyed []runRow
 	for _, h := range heads {
@@ -486,9 +491,11 @@ func (s *Store) claimRuns(ctx context.Context, c *sql.Conn, now int64, limit int
 		}
 		keyed = full // the second pass goes on from the last message taken
 	}
+	// spec §4.8 wanted: ranked by place in run, then turn, so a cut at the
+	// places left keeps each run a prefix.
 	slices.SortFunc(followers, func(a, b runRow) int { return cmp.Or(cmp.Compare(a.r, b.r), cmp.Compare(a.prio, b.prio)) })
 	all := append(heads, followers[:min(len(followers), places)]...)
-	return inRunOrder(all), undecodable, nil
+	return inRunOrder(all), undecodable, nil // spec §4.13 sort
 }
 
 // readRun reads up to n messages of after's key that follow it, in insert

@@ -26,6 +26,7 @@ var keyOrderCases = []testCase{
 	{"in key order a retrying head holds back its key only, and next due waits for it", testKeyOrderRetryHoldsBackItsKey},
 	{"in key order a head scheduled later holds back its key", testKeyOrderScheduledHeadHoldsBackItsKey},
 	{"in key order a retried head takes the messages held behind it back in the queue", testKeyOrderRetryPostponesHeld},
+	{"in key order a retried head takes the rest of its run, released in the same settlement, back in the queue with it", testKeyOrderRetryPostponesTheRunReleasedWithIt},
 	{"in key order a message without a key passes a failing key with many messages held", testKeyOrderKeylessMessagePassesAFailingKey},
 	{"in key order concurrent claimers never hold two runs of one key and publish every key's messages in id order", testKeyOrderConcurrentClaimers},
 	{"in key order an expired lease does not let a message pass its key's head", testKeyOrderExpiredLeaseStaysBehindTheHead},
@@ -384,6 +385,28 @@ func testKeyOrderRetryPostponesHeld(t *testing.T, s *suite) {
 	// b1 is leased, not behind a1: untouched.
 	if got := s.get(t, b1.ID).AvailableAt; !got.Before(head.Add(-30 * time.Minute)) {
 		t.Fatalf("message %s of another key: due at %v; want its own time, not a1's retry at %v", b1.ID, got, head)
+	}
+}
+
+// testKeyOrderRetryPostponesTheRunReleasedWithIt fails a run's head as the
+// relay does, retrying it and releasing the rest of the run in one
+// settlement: the released messages are held behind the retried head and
+// must move back in the queue with it, so the release has to end their
+// leases before the head's held messages are moved (settlement order,
+// docs/design/key-order-claim.md §7).
+func testKeyOrderRetryPostponesTheRunReleasedWithIt(t *testing.T, s *suite) {
+	m := keyed("a", "a", "a", "b")
+	a1, a2, a3, b1 := m[0], m[1], m[2], m[3]
+	s.write(t, m...)
+	token := s.orderedClaim(t, a1, a2, a3, b1)
+	s.settleOrdered(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{b1.ID},
+		Retry:   []outboxdriver.Retry{{ID: a1.ID, Delay: time.Hour, Error: "broker busy"}},
+		Release: []uuid.UUID{a2.ID, a3.ID}})
+	head := s.get(t, a1.ID).AvailableAt
+	for _, id := range []uuid.UUID{a2.ID, a3.ID} {
+		if got := s.get(t, id); got.AvailableAt.Before(head) || got.Attempts != 0 {
+			t.Fatalf("message %s released behind the retried a1: due at %v, attempts %d; want moved back with a1 to its retry at %v, no attempt counted", id, got.AvailableAt, got.Attempts, head)
+		}
 	}
 }
 
