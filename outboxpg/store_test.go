@@ -35,15 +35,19 @@ func TestConformanceWithTransactionLeases(t *testing.T) {
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			cfg := pgtest.Config(t)
-			cfg.ConnConfig.DefaultQueryExecMode = mode
-			cfg.MaxConns = 16
-			pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-			if err != nil {
-				t.Fatalf("new pool: %v", err)
-			}
-			t.Cleanup(pool.Close)
 			storetest.Run(t, func(t *testing.T) storetest.Harness {
+				// A pool per case: open claims take at most half of a
+				// pool's connections and lease by columns beyond that,
+				// so cases sharing a pool could see each other's claims
+				// leased, not kept open, and expect the wrong kind.
+				cfg := pgtest.Config(t)
+				cfg.ConnConfig.DefaultQueryExecMode = mode
+				cfg.MaxConns = 16
+				pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+				if err != nil {
+					t.Fatalf("new pool: %v", err)
+				}
+				t.Cleanup(pool.Close)
 				return pgxHarnessWith(t, pool, outboxpg.Options{TransactionLeases: true})
 			})
 		})

@@ -125,7 +125,9 @@ func Database(t testing.TB) *pgxpool.Pool {
 	}
 	cfg := Config(t)
 	cfg.ConnConfig.Database = name
-	cfg.MaxConns = 8
+	// Room for 8 claims kept open in transactions (outboxpg keeps them on
+	// at most half of a pool's connections).
+	cfg.MaxConns = 16
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("pgtest: pool on database %s: %v", name, err)
