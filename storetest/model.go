@@ -73,7 +73,7 @@ func modelStrict() bool { return os.Getenv(EnvModelStrict) != "" }
 
 // Sizes of the model runs.
 const (
-	modelShortSteps = 100 // per seed of the short run
+	modelShortSteps = 70  // per seed of the short run: three seeds, about 200 steps per mode
 	modelLongSteps  = 400 // per seed of a long run or a replay
 	modelLogTail    = 50  // steps printed when a seed fails
 )
