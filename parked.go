@@ -12,19 +12,38 @@ import (
 type ParkedMessage struct {
 	Message
 	// Attempts is how many times the handler failed on it before it was
-	// parked (the last time, when it was parked again after a retry).
+	// parked (the last time, when it was parked again after a retry); 0
+	// for a message parked only to wait (Waiting).
 	Attempts int
+	// Behind is, for a waiting message (Waiting), the parked message of
+	// its key it waits behind: the key's first parked message. It is
+	// uuid.Nil when the message does not wait, or is itself its key's
+	// first (those before it were retried or discarded, and it is being,
+	// or is about to be, applied).
+	Behind uuid.UUID
 	// Consumer is the consumer that parked it: the adapter's consumer name
 	// (outboxamqp.ConsumerConfig.Name, outboxnats.ConsumerConfig.Durable,
 	// outboxkafka.ConsumerConfig.Group).
 	Consumer string
-	// Error is the handler's last error.
+	// Error is the handler's last error, or for a waiting message
+	// "waiting behind parked message <id> of key <key>".
 	Error string
+	// Overtaken counts the later messages of its key that the consumer
+	// applied after this one was parked, which only a consumer that skips
+	// parked messages in key order does (SkipParkedInKeyOrder). Retrying
+	// it applies it after them: `outbox inbox parked retry` asks for
+	// --force.
+	Overtaken int
 	// ParkedAt is when it was (last) parked.
 	ParkedAt time.Time
 	// RetryRequested is true from an operator's request to retry it until a
 	// consumer process takes it.
 	RetryRequested bool
+	// Waiting is true for a message the handler never ran on: it was
+	// parked because an earlier message of its key was (key order, see
+	// KeyParkStore). It is applied, in arrival order, once the messages
+	// ahead of it are retried with success or discarded.
+	Waiting bool
 }
 
 // ParkStore keeps the messages a consumer parks, in the consumer's own
@@ -49,8 +68,43 @@ type ParkStore interface {
 	// TakeRetries returns up to limit of consumer's parked messages whose
 	// retry was requested, oldest parked first, and clears their request in
 	// the same statement: two processes never take the same request.
+	// A waiting message (KeyParkStore) is taken only once it is the first
+	// of its key.
 	TakeRetries(ctx context.Context, consumer string, limit int) ([]Message, error)
 	// Unpark forgets consumer's parked message id, once handled. It is not
 	// an error if there is none.
 	Unpark(ctx context.Context, consumer string, id uuid.UUID) error
+}
+
+// KeyParkStore is a ParkStore that keeps key order across a parked message:
+// a consumer (not set to SkipParkedInKeyOrder) parks the later messages of
+// a key that has a parked message too, as waiting behind it, instead of
+// applying them; once the first is retried with success or discarded, the
+// waiting ones are applied in the order they arrived. The inbox tables
+// implement it.
+//
+// A key is held for one consumer: the first parked message of the key (in
+// arrival order) is its head, the others wait. Messages with no key are
+// never held.
+type KeyParkStore interface {
+	ParkStore
+	// CountOvertaken adds one to Overtaken of every message of key that
+	// consumer parked: a later message of the key was just applied. A
+	// consumer that skips parked messages calls it after each message of
+	// a key it applied.
+	CountOvertaken(ctx context.Context, consumer, key string) error
+	// ParkBehind parks m as waiting if consumer has a parked message of
+	// m.Key, and returns the key's head (m.ID itself when m is already
+	// its head); it returns uuid.Nil and parks nothing when the key has
+	// no parked message. Finding the head and parking m are one step, so
+	// that a concurrent unpark of the key's last message either comes
+	// first (m is not held) or sees m (and applies it).
+	ParkBehind(ctx context.Context, consumer string, m Message) (head uuid.UUID, err error)
+	// TakeNextWaiting returns consumer's first parked message of key if
+	// it waits (the message before it was unparked or discarded) and
+	// clears its retry request; ok is false when the key has no parked
+	// message or its first is not waiting. The caller applies it and
+	// unparks it, or parks it again (it then no longer waits: it is the
+	// key's new head).
+	TakeNextWaiting(ctx context.Context, consumer, key string) (m Message, ok bool, err error)
 }

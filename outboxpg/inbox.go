@@ -59,7 +59,7 @@ type InboxTable struct {
 	parked parkedStatements // on the parked table beside it
 	// current tells whether the tables are as this release makes them:
 	// Migrate then changes nothing and takes no lock ($1 the newest
-	// index, $2 the parked table, $3 schema, $4 table).
+	// index, $2 the parked table's newest index, $3 schema, $4 table).
 	current string
 }
 
@@ -161,7 +161,7 @@ func (t *InboxTable) Migrate(ctx context.Context) error {
 	// locks that queue behind in-flight handler transactions (and make
 	// everything after them wait), so a current table is left alone.
 	var current bool
-	err := t.pool.QueryRow(ctx, t.current, t.schema+"."+t.table+"_outgoing_idx", t.parked.name, t.schema, t.table).Scan(&current)
+	err := t.pool.QueryRow(ctx, t.current, t.schema+"."+t.table+"_outgoing_idx", t.parked.keyIndex, t.schema, t.table).Scan(&current)
 	if err == nil && current {
 		return nil
 	}

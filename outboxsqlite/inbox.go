@@ -138,24 +138,16 @@ func (t *InboxTable) Name() string { return t.name }
 // outgoing and duplicates columns to a table made by an older release.
 func (t *InboxTable) Migrate(ctx context.Context) error {
 	return t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT name FROM pragma_table_info(?1)`, strings.TrimPrefix(t.name, "main."))
-		if err != nil {
-			return fmt.Errorf("outboxsqlite: create inbox table %s: %w", t.name, err)
-		}
-		columns := map[string]bool{}
-		for rows.Next() {
-			var name string
-			if err := rows.Scan(&name); err != nil {
-				rows.Close()
+		var stmts []string
+		for table, addCols := range map[string]map[string]string{t.name: t.addCols, t.parked.name: t.parked.addCols} {
+			columns, err := tableColumns(ctx, tx, strings.TrimPrefix(table, "main."))
+			if err != nil {
 				return fmt.Errorf("outboxsqlite: create inbox table %s: %w", t.name, err)
 			}
-			columns[name] = true
-		}
-		rows.Close()
-		var stmts []string
-		for column, add := range t.addCols {
-			if len(columns) > 0 && !columns[column] {
-				stmts = append(stmts, add)
+			for column, add := range addCols {
+				if len(columns) > 0 && !columns[column] {
+					stmts = append(stmts, add)
+				}
 			}
 		}
 		stmts = append(stmts, strings.Split(t.create, ";\n")...)
@@ -166,6 +158,24 @@ func (t *InboxTable) Migrate(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// tableColumns returns the columns of table, none if it does not exist.
+func tableColumns(ctx context.Context, tx *sql.Tx, table string) (map[string]bool, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT name FROM pragma_table_info(?1)`, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	columns := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		columns[name] = true
+	}
+	return columns, rows.Err()
 }
 
 // RunInTx runs fn in a write transaction of the Store (Store.RunInTx).

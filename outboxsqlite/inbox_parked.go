@@ -15,7 +15,7 @@ import (
 	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
-var _ outbox.ParkStore = (*InboxTable)(nil)
+var _ outbox.KeyParkStore = (*InboxTable)(nil)
 
 // parkedStatements are the statements on the parked table that sits beside
 // an inbox table: <table>_parked, one row per consumer and parked message.
@@ -31,9 +31,35 @@ type parkedStatements struct {
 	retry   string // ?1 consumer, ?2 JSON array of ids (empty: all)
 	discard string // ?1 consumer, ?2 JSON array of ids
 	counts  string
+
+	addCols   map[string]string // column -> the ALTER TABLE that adds it to a table of an older release
+	head      string            // ?1 consumer, ?2 key
+	behind    string            // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 now
+	next      string            // ?1 consumer, ?2 key
+	release   string            // ?1 consumer, ?2 JSON array of keys
+	overtaken string            // ?1 consumer, ?2 key
+	waiting   string
 }
 
-const parkedColumns = `consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, retry_requested`
+// parkedColumns are the columns scanParked reads, from the table aliased
+// p; parkedSelect adds behind (a waiting message's key's first parked
+// message) for a SELECT, parkedReturning leaves it NULL for a RETURNING.
+const parkedColumns = `p.consumer, p.message_id, p.topic, p.key, p.headers, p.payload, p.created_at, p.error, p.attempts, p.parked_at, p.retry_requested, p.waiting, p.overtaken`
+
+func parkedSelect(q string) string {
+	return parkedColumns + `, CASE WHEN p.waiting THEN (
+	SELECT e.message_id FROM ` + q + ` AS e WHERE e.consumer = p.consumer AND e.key = p.key AND e.seq < p.seq ORDER BY e.seq LIMIT 1) END`
+}
+
+// parkedReturning is parkedColumns without the alias, which SQLite's
+// RETURNING does not take.
+const parkedReturning = `consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, retry_requested, waiting, overtaken, NULL`
+
+// parkedKeyFirst is true of a row p that is the first parked message of its
+// key for its consumer, in arrival order (seq), in table q.
+func parkedKeyFirst(q string) string {
+	return `NOT EXISTS (SELECT 1 FROM ` + q + ` AS e WHERE e.consumer = p.consumer AND e.key = p.key AND e.seq < p.seq)`
+}
 
 func newParkedStatements(table string) (parkedStatements, error) {
 	name := table + "_parked"
@@ -56,21 +82,55 @@ func newParkedStatements(table string) (parkedStatements, error) {
 	attempts        INTEGER NOT NULL,
 	parked_at       INTEGER NOT NULL,
 	retry_requested INTEGER NOT NULL DEFAULT 0,
+	seq             INTEGER NOT NULL DEFAULT 0,
+	waiting         INTEGER NOT NULL DEFAULT 0,
+	overtaken       INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (consumer, message_id)
 ) STRICT, WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(name+"_retry_idx") + ` ON ` + q + ` (consumer, parked_at) WHERE retry_requested`,
-		park: `INSERT INTO ` + q + ` (consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-ON CONFLICT (consumer, message_id) DO UPDATE SET error = excluded.error, attempts = excluded.attempts, parked_at = excluded.parked_at, retry_requested = 0`,
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(name+"_retry_idx") + ` ON ` + q + ` (consumer, parked_at) WHERE retry_requested;
+CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(name+"_key_idx") + ` ON ` + q + ` (consumer, key, seq)`,
+		// Rows of an older release keep seq 0: their order among
+		// themselves is their id's, which is their creation order.
+		addCols: map[string]string{
+			"seq":       `ALTER TABLE ` + q + ` ADD COLUMN seq INTEGER NOT NULL DEFAULT 0`,
+			"waiting":   `ALTER TABLE ` + q + ` ADD COLUMN waiting INTEGER NOT NULL DEFAULT 0`,
+			"overtaken": `ALTER TABLE ` + q + ` ADD COLUMN overtaken INTEGER NOT NULL DEFAULT 0`,
+		},
+		// Write transactions take turns, so max(seq) + 1 is the arrival
+		// order. A message parked after a failure is a key's head: it
+		// waits for nobody, even when it was retried from waiting.
+		park: `INSERT INTO ` + q + ` (consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, seq)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, (SELECT coalesce(max(seq), 0) + 1 FROM ` + q + `))
+ON CONFLICT (consumer, message_id) DO UPDATE SET error = excluded.error, attempts = excluded.attempts, parked_at = excluded.parked_at, retry_requested = 0, waiting = 0`,
+		// A waiting message is taken only as its key's first (RequestRetry
+		// marks no other, but a retry requested before the message ahead
+		// of it was parked again may remain).
 		take: `UPDATE ` + q + ` SET retry_requested = 0 WHERE (consumer, message_id) IN (
-	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = ?1 AND retry_requested ORDER BY parked_at LIMIT ?2)
-RETURNING ` + parkedColumns,
-		unpark:  `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id = ?2`,
-		list:    `SELECT ` + parkedColumns + ` FROM ` + q + ` WHERE (?1 = '' OR consumer = ?1) AND message_id > ?2 ORDER BY message_id, consumer LIMIT ?3`,
-		get:     `SELECT ` + parkedColumns + ` FROM ` + q + ` WHERE (?1 = '' OR consumer = ?1) AND message_id = ?2 ORDER BY consumer LIMIT 2`,
-		retry:   `UPDATE ` + q + ` SET retry_requested = 1 WHERE consumer = ?1 AND (?2 = '[]' OR message_id IN (SELECT value FROM json_each(?2)))`,
-		discard: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id IN (SELECT value FROM json_each(?2))`,
+	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND retry_requested AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
+	ORDER BY parked_at LIMIT ?2)
+RETURNING ` + parkedReturning,
+		unpark: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id = ?2`,
+		list:   `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id > ?2 ORDER BY message_id, consumer LIMIT ?3`,
+		get:    `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id = ?2 ORDER BY consumer LIMIT 2`,
+		retry: `UPDATE ` + q + ` SET retry_requested = 1 WHERE (consumer, message_id) IN (
+	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND (?2 = '[]' OR message_id IN (SELECT value FROM json_each(?2)))
+	AND (NOT waiting OR ` + parkedKeyFirst(q) + `))`,
+		discard: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id IN (SELECT value FROM json_each(?2)) RETURNING key`,
 		counts:  `SELECT consumer, count(*) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
+		head:    `SELECT message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1`,
+		behind: `INSERT INTO ` + q + ` (consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, waiting, seq)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, 1, (SELECT coalesce(max(seq), 0) + 1 FROM ` + q + `))
+ON CONFLICT (consumer, message_id) DO NOTHING`,
+		next: `UPDATE ` + q + ` SET retry_requested = 0 WHERE (consumer, message_id) IN (
+	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1) AND waiting
+RETURNING ` + parkedReturning,
+		// A discarded head passes its key on: the key's next message, if
+		// it waits, is requested for a retry, which a consumer process
+		// takes and goes on from.
+		release: `UPDATE ` + q + ` SET retry_requested = 1 WHERE (consumer, message_id) IN (
+	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND key IN (SELECT value FROM json_each(?2)) AND waiting AND ` + parkedKeyFirst(q) + `)`,
+		overtaken: `UPDATE ` + q + ` SET overtaken = overtaken + 1 WHERE consumer = ?1 AND key = ?2`,
+		waiting:   `SELECT consumer, count(*) FROM ` + q + ` WHERE waiting GROUP BY consumer ORDER BY consumer`,
 	}, nil
 }
 
@@ -87,14 +147,23 @@ func scanParked(rows *sql.Rows) ([]outbox.ParkedMessage, error) {
 			parkedAt            int64
 			payload             []byte
 			retry, attemptsRead int64
+			waiting, overtaken  int64
+			behind              sql.NullString
 		)
-		if err := rows.Scan(&p.Consumer, &id, &p.Topic, &p.Key, &headers, &payload, &createdAt, &p.Error, &attemptsRead, &parkedAt, &retry); err != nil {
+		if err := rows.Scan(&p.Consumer, &id, &p.Topic, &p.Key, &headers, &payload, &createdAt, &p.Error, &attemptsRead, &parkedAt, &retry,
+			&waiting, &overtaken, &behind); err != nil {
 			return nil, err
 		}
 		var err error
 		if p.ID, err = uuid.Parse(id); err != nil {
 			return nil, fmt.Errorf("parked message id %q of consumer %q: %w", id, p.Consumer, err)
 		}
+		if behind.Valid {
+			if p.Behind, err = uuid.Parse(behind.String); err != nil {
+				return nil, fmt.Errorf("parked message id %q of consumer %q: %w", behind.String, p.Consumer, err)
+			}
+		}
+		p.Waiting, p.Overtaken = waiting != 0, int(overtaken)
 		if headers.Valid {
 			if p.Headers, err = headerjson.Decode([]byte(headers.String)); err != nil {
 				return nil, fmt.Errorf("parked message %s of consumer %q: %w", p.ID, p.Consumer, err)
@@ -120,23 +189,11 @@ func (t *InboxTable) ParkedName() string { return t.parked.name }
 // whose config's Parked is t calls it for a message its handler keeps
 // failing on, before it acknowledges the delivery.
 func (t *InboxTable) Park(ctx context.Context, consumer string, m outbox.Message, attempts int, reason string) error {
-	var headers sql.NullString
-	if len(m.Headers) > 0 {
-		b, err := json.Marshal(m.Headers)
-		if err != nil {
-			return fmt.Errorf("outboxsqlite: park message %s in %s: encode headers: %w", m.ID, t.parked.name, err)
-		}
-		headers = sql.NullString{String: string(b), Valid: true}
+	headers, payload, createdAt, err := parkedFields(m)
+	if err != nil {
+		return fmt.Errorf("outboxsqlite: park message %s in %s: %w", m.ID, t.parked.name, err)
 	}
-	payload := m.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	var createdAt sql.NullInt64
-	if !m.CreatedAt.IsZero() {
-		createdAt = sql.NullInt64{Int64: m.CreatedAt.UnixMicro(), Valid: true}
-	}
-	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
+	err = t.store.RunInTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, t.parked.park, consumer, m.ID.String(), m.Topic, m.Key, headers, payload, createdAt, reason, attempts, time.Now().UnixMicro())
 		return err
 	})
@@ -144,6 +201,26 @@ func (t *InboxTable) Park(ctx context.Context, consumer string, m outbox.Message
 		return fmt.Errorf("outboxsqlite: park message %s of consumer %q in %s: %w", m.ID, consumer, t.parked.name, err)
 	}
 	return nil
+}
+
+// parkedFields are the arguments of m's headers, payload and creation time
+// in the statements that park it.
+func parkedFields(m outbox.Message) (headers sql.NullString, payload []byte, createdAt sql.NullInt64, err error) {
+	if len(m.Headers) > 0 {
+		b, err := json.Marshal(m.Headers)
+		if err != nil {
+			return headers, nil, createdAt, fmt.Errorf("encode headers: %w", err)
+		}
+		headers = sql.NullString{String: string(b), Valid: true}
+	}
+	payload = m.Payload
+	if payload == nil {
+		payload = []byte{}
+	}
+	if !m.CreatedAt.IsZero() {
+		createdAt = sql.NullInt64{Int64: m.CreatedAt.UnixMicro(), Valid: true}
+	}
+	return headers, payload, createdAt, nil
 }
 
 // TakeRetries returns up to limit of consumer's parked messages whose retry
@@ -244,7 +321,9 @@ func (t *InboxTable) RequestRetry(ctx context.Context, consumer string, ids ...u
 }
 
 // DiscardParked deletes consumer's parked messages ids for good, and returns
-// how many it found. With no ids it deletes nothing.
+// how many it found. With no ids it deletes nothing. A discarded head of a
+// key passes the key on: its next message, if it waits, is requested for a
+// retry, and the consumer applies it and those behind it in order.
 func (t *InboxTable) DiscardParked(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error) {
 	if consumer == "" {
 		return 0, errors.New("outboxsqlite: discard parked messages: no consumer; name the consumer that parked them")
@@ -252,16 +331,52 @@ func (t *InboxTable) DiscardParked(ctx context.Context, consumer string, ids ...
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := t.writeCount(ctx, t.parked.discard, consumer, idsJSON(ids))
+	var keys []string
+	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
+		keys = keys[:0]
+		rows, err := tx.QueryContext(ctx, t.parked.discard, consumer, idsJSON(ids))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var key string
+			if err := rows.Scan(&key); err != nil {
+				rows.Close()
+				return err
+			}
+			keys = append(keys, key)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		b, err := json.Marshal(keys)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, t.parked.release, consumer, string(b))
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("outboxsqlite: discard parked messages of consumer %q in %s: %w", consumer, t.parked.name, err)
 	}
-	return n, nil
+	return len(keys), nil
 }
 
 // ParkedCounts counts each consumer's parked messages.
 func (t *InboxTable) ParkedCounts(ctx context.Context) (map[string]int64, error) {
-	rows, err := t.store.DB().QueryContext(ctx, t.parked.counts)
+	return t.countParked(ctx, t.parked.counts)
+}
+
+// WaitingCounts counts each consumer's parked messages that wait behind
+// another of their key (consumers with none are left out).
+func (t *InboxTable) WaitingCounts(ctx context.Context) (map[string]int64, error) {
+	return t.countParked(ctx, t.parked.waiting)
+}
+
+// countParked runs stmt, which returns consumers and counts.
+func (t *InboxTable) countParked(ctx context.Context, stmt string) (map[string]int64, error) {
+	rows, err := t.store.DB().QueryContext(ctx, stmt)
 	if err != nil {
 		return nil, fmt.Errorf("outboxsqlite: count parked messages in %s: %w", t.parked.name, err)
 	}
@@ -281,4 +396,95 @@ func (t *InboxTable) ParkedCounts(ctx context.Context) (map[string]int64, error)
 		return nil, fmt.Errorf("outboxsqlite: count parked messages in %s: %w", t.parked.name, err)
 	}
 	return counts, nil
+}
+
+// ParkBehind parks m as waiting behind consumer's parked messages of its key
+// and returns the key's head, or parks nothing and returns uuid.Nil if the
+// key has none (outbox.KeyParkStore). A message with no key is never held.
+func (t *InboxTable) ParkBehind(ctx context.Context, consumer string, m outbox.Message) (uuid.UUID, error) {
+	if m.Key == "" {
+		return uuid.Nil, nil
+	}
+	fail := func(err error) (uuid.UUID, error) {
+		return uuid.Nil, fmt.Errorf("outboxsqlite: park message %s of consumer %q behind its key %q in %s: %w", m.ID, consumer, m.Key, t.parked.name, err)
+	}
+	// Most keys have no parked message: a read finds it without the
+	// write lock. One that finds a head looks again under the lock, where
+	// the head and the new row are one step against an unpark.
+	var head string
+	err := t.store.DB().QueryRowContext(ctx, t.parked.head, consumer, m.Key).Scan(&head)
+	if errors.Is(err, sql.ErrNoRows) {
+		return uuid.Nil, nil
+	}
+	if err != nil {
+		return fail(err)
+	}
+	headers, payload, createdAt, err := parkedFields(m)
+	if err != nil {
+		return fail(err)
+	}
+	err = t.store.RunInTx(ctx, func(tx *sql.Tx) error {
+		head = ""
+		err := tx.QueryRowContext(ctx, t.parked.head, consumer, m.Key).Scan(&head)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		reason := "waiting behind parked message " + head + " of key " + m.Key
+		_, err = tx.ExecContext(ctx, t.parked.behind, consumer, m.ID.String(), m.Topic, m.Key, headers, payload, createdAt, reason, time.Now().UnixMicro())
+		return err
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if head == "" {
+		return uuid.Nil, nil
+	}
+	id, err := uuid.Parse(head)
+	if err != nil {
+		return fail(err)
+	}
+	return id, nil
+}
+
+// TakeNextWaiting returns consumer's first parked message of key if it
+// waits, its retry request cleared (outbox.KeyParkStore).
+func (t *InboxTable) TakeNextWaiting(ctx context.Context, consumer, key string) (outbox.Message, bool, error) {
+	var parked []outbox.ParkedMessage
+	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, t.parked.next, consumer, key)
+		if err != nil {
+			return err
+		}
+		parked, err = scanParked(rows)
+		return err
+	})
+	if err != nil {
+		return outbox.Message{}, false, fmt.Errorf("outboxsqlite: take the next waiting message of key %q of consumer %q from %s: %w", key, consumer, t.parked.name, err)
+	}
+	if len(parked) == 0 {
+		return outbox.Message{}, false, nil
+	}
+	return parked[0].Message, true, nil
+}
+
+// CountOvertaken adds one to Overtaken of consumer's parked messages of key
+// (outbox.KeyParkStore).
+func (t *InboxTable) CountOvertaken(ctx context.Context, consumer, key string) error {
+	// Most keys have no parked message: a read finds it without the
+	// write lock.
+	var head string
+	err := t.store.DB().QueryRowContext(ctx, t.parked.head, consumer, key).Scan(&head)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("outboxsqlite: count a message applied past the parked messages of key %q of consumer %q in %s: %w", key, consumer, t.parked.name, err)
+	}
+	if _, err := t.writeCount(ctx, t.parked.overtaken, consumer, key); err != nil {
+		return fmt.Errorf("outboxsqlite: count a message applied past the parked messages of key %q of consumer %q in %s: %w", key, consumer, t.parked.name, err)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,15 +16,16 @@ import (
 )
 
 // ParkedTable is what an inbox table offers for the messages consumers
-// park: outbox.ParkStore for the consumers, and the operator's side that
+// park: outbox.KeyParkStore for the consumers, and the operator's side that
 // `outbox inbox parked` uses.
 type ParkedTable interface {
-	outbox.ParkStore
+	outbox.KeyParkStore
 	ListParked(ctx context.Context, consumer string, after uuid.UUID, limit int) ([]outbox.ParkedMessage, error)
 	GetParked(ctx context.Context, consumer string, id uuid.UUID) (outbox.ParkedMessage, error)
 	RequestRetry(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
 	DiscardParked(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
 	ParkedCounts(ctx context.Context) (map[string]int64, error)
+	WaitingCounts(ctx context.Context) (map[string]int64, error)
 }
 
 // parkedCases are the cases of RunInbox for InboxHarness.Parked.
@@ -38,6 +40,221 @@ func parkedCases() []struct {
 		{"a parked message is kept whole with its error and attempts, and parking it again replaces them", testParkKeepsTheMessage},
 		{"a requested retry is taken by one taker only, and parking again clears it", testParkedRetryTakenOnce},
 		{"unpark and discard forget parked messages, and the list pages in id order", testParkedUnparkDiscardList},
+		{"a parked message holds the later messages of its key, which wait and are taken in arrival order once it is unparked", testParkedHoldsItsKey},
+		{"a discarded head passes its key on to the first message waiting behind it", testParkedDiscardPassesTheKeyOn},
+		{"messages of a key applied past its parked messages are counted on them", testParkedCountsOvertaken},
+		{"a message parked behind a key as its last parked message is unparked is either not held or seen by the unparker", testParkedBehindRacesTheLastUnpark},
+	}
+}
+
+func parkBehind(t *testing.T, p ParkedTable, consumer string, m outbox.Message) uuid.UUID {
+	t.Helper()
+	head, err := p.ParkBehind(t.Context(), consumer, m)
+	if err != nil {
+		t.Fatalf("park message %s of %s behind its key %q: %v", m.ID, consumer, m.Key, err)
+	}
+	return head
+}
+
+func takeNextWaiting(t *testing.T, p ParkedTable, consumer, key string) (uuid.UUID, bool) {
+	t.Helper()
+	m, ok, err := p.TakeNextWaiting(t.Context(), consumer, key)
+	if err != nil {
+		t.Fatalf("take the next waiting message of key %q of %s: %v", key, consumer, err)
+	}
+	return m.ID, ok
+}
+
+func unpark(t *testing.T, p ParkedTable, consumer string, id uuid.UUID) {
+	t.Helper()
+	if err := p.Unpark(t.Context(), consumer, id); err != nil {
+		t.Fatalf("unpark %s of %s: %v", id, consumer, err)
+	}
+}
+
+func testParkedHoldsItsKey(t *testing.T, p ParkedTable) {
+	m1, m2, m3, m4 := parkedMessage("order-1"), parkedMessage("order-1"), parkedMessage("order-2"), parkedMessage("order-1")
+	park(t, p, "billing", m1, 5, "no such customer")
+	if head := parkBehind(t, p, "billing", m2); head != m1.ID {
+		t.Fatalf("message %s of key order-1 delivered while %s of that key is parked: held behind %s; want behind %s", m2.ID, m1.ID, head, m1.ID)
+	}
+	got := getParked(t, p, "billing", m2.ID)
+	sameMessage(t, got.Message, m2)
+	if !got.Waiting || got.Behind != m1.ID || got.Attempts != 0 || !strings.Contains(got.Error, "waiting behind parked message "+m1.ID.String()+" of key order-1") {
+		t.Fatalf("message %s held behind %s: waiting %v, behind %s, %d attempts, error %q; want waiting behind %s, 0 attempts, a reason naming it",
+			m2.ID, m1.ID, got.Waiting, got.Behind, got.Attempts, got.Error, m1.ID)
+	}
+	if head := getParked(t, p, "billing", m1.ID); head.Waiting || head.Behind != uuid.Nil {
+		t.Fatalf("the key's head %s: waiting %v behind %s; want a parked message that waits for nobody", m1.ID, head.Waiting, head.Behind)
+	}
+	if head := parkBehind(t, p, "billing", m3); head != uuid.Nil {
+		t.Fatalf("message %s of key order-2, which has no parked message: held behind %s; want it not held", m3.ID, head)
+	}
+	if _, err := p.GetParked(t.Context(), "billing", m3.ID); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("message %s not held: get parked: %v; want ErrNotFound", m3.ID, err)
+	}
+	if head := parkBehind(t, p, "shipping", m4); head != uuid.Nil {
+		t.Fatalf("message %s of key order-1 for shipping, which parked nothing: held behind %s; want a key held for its consumer only", m4.ID, head)
+	}
+	if head := parkBehind(t, p, "billing", parkedMessage("")); head != uuid.Nil {
+		t.Fatalf("message with no key: held behind %s; want never held", head)
+	}
+	parkBehind(t, p, "billing", m4)
+	if head := parkBehind(t, p, "billing", m1); head != m1.ID || getParked(t, p, "billing", m1.ID).Waiting {
+		t.Fatalf("the head %s delivered again: held behind %s; want its own id, and it still the head", m1.ID, head)
+	}
+	if head := parkBehind(t, p, "billing", m2); head != m1.ID {
+		t.Fatalf("waiting message %s delivered again: held behind %s; want %s", m2.ID, head, m1.ID)
+	}
+	if w, err := p.WaitingCounts(t.Context()); err != nil || !maps.Equal(w, map[string]int64{"billing": 2}) {
+		t.Fatalf("waiting counts: %v, %v; want billing 2", w, err)
+	}
+	if id, ok := takeNextWaiting(t, p, "billing", "order-1"); ok {
+		t.Fatalf("next waiting message of order-1 while its head %s is parked: %s; want none", m1.ID, id)
+	}
+
+	// Only the head can be retried: a waiting message would jump it.
+	requestRetry(t, p, "billing", 0, m2.ID)
+	requestRetry(t, p, "billing", 1)
+	if got := takeRetries(t, p, "billing", 10); !slices.Equal(got, []uuid.UUID{m1.ID}) {
+		t.Fatalf("retries taken after a retry of all of billing's messages: %v; want the head %s only", got, m1.ID)
+	}
+	// The head succeeded: the waiting ones come in arrival order.
+	unpark(t, p, "billing", m1.ID)
+	if id, ok := takeNextWaiting(t, p, "billing", "order-1"); !ok || id != m2.ID {
+		t.Fatalf("next waiting message of order-1 once %s is unparked: %s, %v; want %s", m1.ID, id, ok, m2.ID)
+	}
+	if got := getParked(t, p, "billing", m4.ID); got.Behind != m2.ID {
+		t.Fatalf("message %s once %s is unparked: behind %s; want behind %s, now the key's first", m4.ID, m1.ID, got.Behind, m2.ID)
+	}
+	unpark(t, p, "billing", m2.ID)
+	if id, ok := takeNextWaiting(t, p, "billing", "order-1"); !ok || id != m4.ID {
+		t.Fatalf("next waiting message of order-1 once %s is unparked: %s, %v; want %s", m2.ID, id, ok, m4.ID)
+	}
+	// It fails: it is the key's new head.
+	park(t, p, "billing", m4, 5, "still failing")
+	if got := getParked(t, p, "billing", m4.ID); got.Waiting || got.Error != "still failing" {
+		t.Fatalf("waiting message %s parked after its handler failed: waiting %v, error %q; want the key's head with the error", m4.ID, got.Waiting, got.Error)
+	}
+	if id, ok := takeNextWaiting(t, p, "billing", "order-1"); ok {
+		t.Fatalf("next waiting message of order-1 after its new head failed: %s; want none", id)
+	}
+	if w, err := p.WaitingCounts(t.Context()); err != nil || len(w) != 0 {
+		t.Fatalf("waiting counts with none waiting: %v, %v; want none", w, err)
+	}
+}
+
+func testParkedDiscardPassesTheKeyOn(t *testing.T, p ParkedTable) {
+	m1, m2, m3, m4 := parkedMessage("order-1"), parkedMessage("order-1"), parkedMessage("order-1"), parkedMessage("order-1")
+	park(t, p, "billing", m1, 5, "no such customer")
+	for _, m := range []outbox.Message{m2, m3, m4} {
+		parkBehind(t, p, "billing", m)
+	}
+	// A waiting message discarded: the key stays held by its head.
+	if n, err := p.DiscardParked(t.Context(), "billing", m3.ID); err != nil || n != 1 {
+		t.Fatalf("discard waiting message %s: %d, %v; want 1", m3.ID, n, err)
+	}
+	if got := takeRetries(t, p, "billing", 10); len(got) != 0 {
+		t.Fatalf("retries taken after a waiting message was discarded: %v; want none (the head %s still holds the key)", got, m1.ID)
+	}
+	if n, err := p.DiscardParked(t.Context(), "billing", m1.ID); err != nil || n != 1 {
+		t.Fatalf("discard the head %s: %d, %v; want 1", m1.ID, n, err)
+	}
+	if got := getParked(t, p, "billing", m2.ID); !got.RetryRequested || !got.Waiting || got.Behind != uuid.Nil {
+		t.Fatalf("message %s once the head before it was discarded: retry %v, waiting %v behind %s; want its retry requested, first of its key",
+			m2.ID, got.RetryRequested, got.Waiting, got.Behind)
+	}
+	if got := takeRetries(t, p, "billing", 10); !slices.Equal(got, []uuid.UUID{m2.ID}) {
+		t.Fatalf("retries taken once the head was discarded: %v; want %s only, the key's next", got, m2.ID)
+	}
+	unpark(t, p, "billing", m2.ID)
+	if id, ok := takeNextWaiting(t, p, "billing", "order-1"); !ok || id != m4.ID {
+		t.Fatalf("next waiting message of order-1 once %s is applied: %s, %v; want %s", m2.ID, id, ok, m4.ID)
+	}
+}
+
+func testParkedCountsOvertaken(t *testing.T, p ParkedTable) {
+	m1, other := parkedMessage("order-1"), parkedMessage("order-2")
+	park(t, p, "billing", m1, 5, "no such customer")
+	park(t, p, "billing", other, 5, "no such customer")
+	park(t, p, "shipping", m1, 5, "no address")
+	for range 2 {
+		if err := p.CountOvertaken(t.Context(), "billing", "order-1"); err != nil {
+			t.Fatalf("count a message of order-1 applied past %s: %v", m1.ID, err)
+		}
+	}
+	if err := p.CountOvertaken(t.Context(), "billing", "order-3"); err != nil {
+		t.Fatalf("count a message of a key with nothing parked: %v", err)
+	}
+	if got := getParked(t, p, "billing", m1.ID); got.Overtaken != 2 {
+		t.Fatalf("message %s after 2 later messages of its key were applied: overtaken %d; want 2", m1.ID, got.Overtaken)
+	}
+	if got := getParked(t, p, "billing", other.ID); got.Overtaken != 0 {
+		t.Fatalf("message %s of another key: overtaken %d; want 0", other.ID, got.Overtaken)
+	}
+	if got := getParked(t, p, "shipping", m1.ID); got.Overtaken != 0 {
+		t.Fatalf("message %s as another consumer parked it: overtaken %d; want 0", m1.ID, got.Overtaken)
+	}
+}
+
+// testParkedBehindRacesTheLastUnpark runs the end of a retried key (unpark
+// its last message, then look for the next) against a delivery of the key:
+// the delivery is either not held (it comes after) or taken by the unparker,
+// never left waiting behind nobody.
+func testParkedBehindRacesTheLastUnpark(t *testing.T, p ParkedTable) {
+	for i := range 30 {
+		head, late := parkedMessage("order-1"), parkedMessage("order-1")
+		park(t, p, "billing", head, 5, "failed")
+		var (
+			wg                   sync.WaitGroup
+			heldBy               uuid.UUID
+			taken                []uuid.UUID
+			behindErr, unparkErr error
+		)
+		start := make(chan struct{})
+		ctx := context.WithoutCancel(t.Context())
+		wg.Go(func() {
+			<-start
+			heldBy, behindErr = p.ParkBehind(ctx, "billing", late)
+		})
+		wg.Go(func() {
+			<-start
+			id := head.ID
+			for {
+				if unparkErr = p.Unpark(ctx, "billing", id); unparkErr != nil {
+					return
+				}
+				var (
+					m  outbox.Message
+					ok bool
+				)
+				if m, ok, unparkErr = p.TakeNextWaiting(ctx, "billing", "order-1"); unparkErr != nil || !ok {
+					return
+				}
+				taken = append(taken, m.ID)
+				id = m.ID
+			}
+		})
+		close(start)
+		wg.Wait()
+		if behindErr != nil || unparkErr != nil {
+			t.Fatalf("round %d: park behind: %v; unpark: %v", i, behindErr, unparkErr)
+		}
+		switch heldBy {
+		case uuid.Nil:
+			if len(taken) != 0 {
+				t.Fatalf("round %d: message %s not held, yet the unparker took %v", i, late.ID, taken)
+			}
+		case head.ID:
+			if !slices.Equal(taken, []uuid.UUID{late.ID}) {
+				t.Fatalf("round %d: message %s held behind %s, and the unparker took %v; want it taken", i, late.ID, head.ID, taken)
+			}
+		default:
+			t.Fatalf("round %d: message %s held behind %s; want %s or none", i, late.ID, heldBy, head.ID)
+		}
+		if _, err := p.GetParked(t.Context(), "billing", late.ID); !errors.Is(err, outbox.ErrNotFound) {
+			t.Fatalf("round %d: message %s left parked after the race (held behind %s): %v", i, late.ID, heldBy, err)
+		}
 	}
 }
 
