@@ -16,6 +16,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/backoff"
 )
@@ -73,6 +75,19 @@ type Config struct {
 	// RetryPoll is how often RetryParked looks for requested retries.
 	// Default RetryPollDefault.
 	RetryPoll time.Duration
+	// SkipParkedInKeyOrder applies the later messages of a key that has a
+	// parked message as they come, instead of parking them as waiting
+	// behind it (which Parked, an outbox.KeyParkStore, does by default):
+	// the key goes on, and the parked message, if retried, is applied
+	// after them. Each message of such a key applied meanwhile is counted
+	// on the parked one (ParkedMessage.Overtaken).
+	SkipParkedInKeyOrder bool
+}
+
+// keyStore returns cfg.Parked as a KeyParkStore, or nil if it is none.
+func (cfg Config) keyStore() outbox.KeyParkStore {
+	ks, _ := cfg.Parked.(outbox.KeyParkStore)
+	return ks
 }
 
 // attempt1 runs fn once, told to the observer.
@@ -109,15 +124,43 @@ type handling struct {
 	attempt  int // the attempt try runs next, counting the broker's earlier ones
 	cfg      Config
 	d        Delivery
-	failures int // failed attempts in this process, which set the pause
+	failures int  // failed attempts in this process, which set the pause
+	free     bool // its key was found holding no parked message (or need not be looked at)
 	log      *slog.Logger
 	m        outbox.Message
 }
 
 func newHandling(cfg Config, d Delivery) *handling {
 	m := d.Message()
-	return &handling{attempt: max(d.Attempt(), 1), cfg: cfg, d: d, m: m,
+	_, retry := d.(*retried)
+	// A retried message is its key's head, or the next in line: it holds
+	// its key, it is not held by it.
+	free := retry || m.Key == "" || cfg.SkipParkedInKeyOrder || cfg.keyStore() == nil
+	return &handling{attempt: max(d.Attempt(), 1), cfg: cfg, d: d, m: m, free: free,
 		log: cfg.Logger.With(slog.String("consumer", cfg.Consumer), slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))}
+}
+
+// held parks h's message as waiting if its key has a parked message, and
+// then acknowledges it. It reports whether the message was held; on an
+// error (the database's) it returns the pause to take before looking again.
+func (h *handling) held(ctx context.Context) (held bool, wait time.Duration, err error) {
+	head, err := h.cfg.keyStore().ParkBehind(ctx, h.cfg.Consumer, h.m)
+	if err != nil {
+		h.failures++
+		return false, backoff.Cap(h.cfg.BackoffBase, h.cfg.BackoffMax, h.failures), err
+	}
+	if head == uuid.Nil {
+		h.free = true
+		return false, 0, nil
+	}
+	if head != h.m.ID {
+		h.log.Info("outbox consumer: message parked as waiting behind a parked message of its key; it is applied after that one is retried or discarded",
+			slog.String("key", h.m.Key), slog.String("behind", head.String()))
+	}
+	if err := h.d.Ack(ctx); err != nil && ctx.Err() == nil {
+		h.log.Warn("outbox consumer: acknowledgement of a message parked behind its key failed; the message will come again", slog.Any("error", err))
+	}
+	return true, 0, nil
 }
 
 // try runs one attempt. When it failed and may be tried again it returns
@@ -126,11 +169,23 @@ func newHandling(cfg Config, d Delivery) *handling {
 // or ctx ended with d unacknowledged. The pause is the caller's to take, so
 // that the lanes spend it without holding a worker.
 func (h *handling) try(ctx context.Context, fn func(context.Context, outbox.Message) error) (wait time.Duration, again bool) {
+	if !h.free {
+		held, wait, err := h.held(ctx)
+		switch {
+		case held || ctx.Err() != nil:
+			return 0, false
+		case err != nil:
+			h.log.Warn("outbox consumer: looking for parked messages of the message's key failed; trying again", slog.Duration("retry_in", wait), slog.Any("error", err))
+			h.d.Working()
+			return wait/2 + rand.N(wait/2+1), true
+		}
+	}
 	err := attempt1(ctx, h.cfg, h.m, fn)
 	if err == nil {
 		if err := h.d.Ack(ctx); err != nil && ctx.Err() == nil {
 			h.log.Warn("outbox consumer: acknowledgement failed; the message will come again and the inbox skip it", slog.Any("error", err))
 		}
+		h.overtook(ctx)
 		return 0, false
 	}
 	if ctx.Err() != nil {
@@ -148,6 +203,23 @@ func (h *handling) try(ctx context.Context, fn func(context.Context, outbox.Mess
 	// Equal jitter, as backoff.NewJittered: keys that failed together do
 	// not come back together.
 	return pause/2 + rand.N(pause/2+1), true
+}
+
+// overtook counts h's message, just applied, on the parked messages of its
+// key, when the consumer skips them in key order: a retry of one of them
+// then knows it comes after later messages of its key.
+func (h *handling) overtook(ctx context.Context) {
+	ks := h.cfg.keyStore()
+	if !h.cfg.SkipParkedInKeyOrder || ks == nil || h.m.Key == "" {
+		return
+	}
+	if _, retry := h.d.(*retried); retry {
+		return
+	}
+	if err := ks.CountOvertaken(ctx, h.cfg.Consumer, h.m.Key); err != nil && ctx.Err() == nil {
+		h.log.Warn("outbox consumer: counting the message on the parked messages of its key failed; a retry of them will not know it came after this one",
+			slog.String("key", h.m.Key), slog.Any("error", err))
+	}
 }
 
 // sleep waits for d, or less if ctx ends first; it reports whether d passed.
@@ -181,6 +253,10 @@ func park(ctx context.Context, cfg Config, log *slog.Logger, d Delivery, m outbo
 	}
 	if cfg.Parked == nil {
 		log.Error("outbox consumer: message parked: the handler failed; fix the cause and send it again", slog.Int("attempts", attempts), slog.Any("error", cause))
+		if m.Key != "" {
+			log.Warn("outbox consumer: a message parked on the broker does not hold its key: the later messages of the key are applied before it; set Parked (an inbox table) to keep key order",
+				slog.String("key", m.Key))
+		}
 		if err := d.Park(ctx, attempts, cause); err != nil {
 			log.Error("outbox consumer: parking failed; the broker will deliver the message again", slog.Any("error", err))
 		}
@@ -188,6 +264,10 @@ func park(ctx context.Context, cfg Config, log *slog.Logger, d Delivery, m outbo
 	}
 	log.Error("outbox consumer: message parked in the consumer's database: the handler failed; fix the cause, then retry it with `outbox inbox parked retry`",
 		slog.Int("attempts", attempts), slog.Any("error", cause))
+	if m.Key != "" && !cfg.SkipParkedInKeyOrder && cfg.keyStore() == nil {
+		log.Warn("outbox consumer: Parked cannot hold a key (it is no outbox.KeyParkStore): the later messages of the key are applied before the parked one",
+			slog.String("key", m.Key))
+	}
 	// Until the message is in the store it stays unacknowledged: if the
 	// process stops, the broker delivers it again. Its key waits meanwhile,
 	// as for a failing handler (which likely shares the database).

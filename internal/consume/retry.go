@@ -12,8 +12,9 @@ import (
 // retried is a parked message brought back by RetryParked: acknowledging it
 // unparks it, parking it parks it again.
 type retried struct {
-	cfg Config
-	m   outbox.Message
+	cfg      Config
+	m        outbox.Message
+	unparked bool // acknowledged: applied and unparked
 }
 
 func (r *retried) Message() outbox.Message { return r.m }
@@ -21,7 +22,9 @@ func (r *retried) Attempt() int            { return 1 }
 func (r *retried) Working()                {}
 
 func (r *retried) Ack(ctx context.Context) error {
-	return r.cfg.Parked.Unpark(ctx, r.cfg.Consumer, r.m.ID)
+	err := r.cfg.Parked.Unpark(ctx, r.cfg.Consumer, r.m.ID)
+	r.unparked = err == nil
+	return err
 }
 
 func (r *retried) Park(ctx context.Context, attempts int, cause error) error {
@@ -32,9 +35,11 @@ func (r *retried) Park(ctx context.Context, attempts int, cause error) error {
 // messages of cfg.Consumer whose retry an operator requested (`outbox inbox
 // parked retry`) and handles each with fn as Handle does, with a new round
 // of attempts: a success unparks it, a failure parks it again with the new
-// error. Retried messages are handled one at a time, outside the lanes: they
-// left their key's order when they were parked. It does nothing if
-// cfg.Parked is nil.
+// error. Retried messages are handled one at a time, outside the lanes.
+// When one is unparked, the messages of its key that wait behind it
+// (outbox.KeyParkStore) are handled next, in arrival order, until one fails
+// (it is parked again: the key's new head) or none is left, and the key goes
+// on. It does nothing if cfg.Parked is nil.
 func RetryParked(ctx context.Context, cfg Config, fn func(context.Context, outbox.Message) error) {
 	if cfg.Parked == nil {
 		return
@@ -57,7 +62,7 @@ func RetryParked(ctx context.Context, cfg Config, fn func(context.Context, outbo
 			}
 			for _, m := range msgs {
 				log.Info("outbox consumer: retrying a parked message, as requested", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
-				Handle(ctx, cfg, &retried{cfg: cfg, m: m}, fn)
+				retryKey(ctx, cfg, log, m, fn)
 			}
 			if len(msgs) < retryBatch {
 				break
@@ -84,5 +89,32 @@ func StartRetrying(ctx context.Context, cfg Config, fn func(context.Context, out
 	return func() {
 		cancel()
 		done.Wait()
+	}
+}
+
+// retryKey handles the parked message m, then, while each succeeds, the
+// messages of its key that waited behind it.
+func retryKey(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Message, fn func(context.Context, outbox.Message) error) {
+	ks := cfg.keyStore()
+	for {
+		r := &retried{cfg: cfg, m: m}
+		Handle(ctx, cfg, r, fn)
+		if !r.unparked || m.Key == "" || ks == nil {
+			return
+		}
+		next, ok, err := ks.TakeNextWaiting(ctx, cfg.Consumer, m.Key)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("outbox consumer: taking the next message waiting behind a retried one failed; it stays parked: retry it with `outbox inbox parked retry`",
+					slog.String("key", m.Key), slog.Any("error", err))
+			}
+			return
+		}
+		if !ok {
+			return
+		}
+		log.Info("outbox consumer: applying a message that waited behind a parked message of its key", slog.String("message_id", next.ID.String()),
+			slog.String("key", next.Key), slog.String("behind", m.ID.String()))
+		m = next
 	}
 }
