@@ -59,6 +59,13 @@ type ConsumerConfig struct {
 	// for requested retries and hands them to fn again. Parked messages
 	// are kept under Name.
 	Parked outbox.ParkStore
+	// SkipParkedInKeyOrder applies the later messages of a key that has a
+	// message in Parked as they come. By default (false) they are parked
+	// too, as waiting behind it, and applied in order once it is retried
+	// or discarded (`outbox inbox parked`), so that key order holds. Each
+	// message applied past a parked one is counted on it, and retrying it
+	// then needs --force. Messages with no key are never held.
+	SkipParkedInKeyOrder bool
 }
 
 func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
@@ -122,6 +129,7 @@ func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx co
 	lanes := consume.Config{
 		Consumer: cfg.Name, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked,
+		SkipParkedInKeyOrder: cfg.SkipParkedInKeyOrder,
 		// The broker sends at most Prefetch unacknowledged messages: the
 		// lanes hold what it sent, so a key that fails waits with its
 		// queue and never stops the dispatch below that window.

@@ -57,6 +57,13 @@ type ConsumerConfig struct {
 	// the store for requested retries and hands them to fn again. Parked
 	// messages are kept under Group.
 	Parked outbox.ParkStore
+	// SkipParkedInKeyOrder applies the later messages of a key that has a
+	// message in Parked as they come. By default (false) they are parked
+	// too, as waiting behind it, and applied in order once it is retried
+	// or discarded (`outbox inbox parked`), so that key order holds. Each
+	// message applied past a parked one is counted on it, and retrying it
+	// then needs --force. Messages with no key are never held.
+	SkipParkedInKeyOrder bool
 }
 
 // FromRecord returns the outbox message a record carries, as the Publisher
@@ -123,7 +130,7 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 		cfg.Logger = slog.Default()
 	}
 	lanes := consume.Config{Consumer: cfg.Group, MaxDeliver: cfg.MaxDeliver, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
-		Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked}
+		Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked, SkipParkedInKeyOrder: cfg.SkipParkedInKeyOrder}
 	ps := &partitions{cfg: cfg, fn: fn, lanes: lanes, running: map[topicPartition]*partition{}}
 	client, err := kgo.NewClient(append(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),

@@ -62,6 +62,13 @@ type ConsumerConfig struct {
 	// the store for requested retries and hands them to fn again. Parked
 	// messages are kept under Durable.
 	Parked outbox.ParkStore
+	// SkipParkedInKeyOrder applies the later messages of a key that has a
+	// message in Parked as they come. By default (false) they are parked
+	// too, as waiting behind it, and applied in order once it is retried
+	// or discarded (`outbox inbox parked`), so that key order holds. Each
+	// message applied past a parked one is counted on it, and retrying it
+	// then needs --force. Messages with no key are never held.
+	SkipParkedInKeyOrder bool
 }
 
 func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
@@ -145,6 +152,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn
 	lanesCfg := consume.Config{
 		Consumer: cfg.Durable, Concurrency: cfg.Concurrency, MaxDeliver: cfg.MaxDeliver,
 		BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax, Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked,
+		SkipParkedInKeyOrder: cfg.SkipParkedInKeyOrder,
 		// The server sends at most MaxAckPending unacknowledged messages
 		// (consumer_run.go): the lanes hold what it sent.
 		MaxHeld: cfg.Concurrency * 32,
