@@ -20,6 +20,9 @@ import (
 // MaxDeliverDefault is ConsumerConfig.MaxDeliver when zero.
 const MaxDeliverDefault = 5
 
+// CheckIntervalDefault is ConsumerConfig.CheckInterval when zero.
+const CheckIntervalDefault = 10 * time.Second
+
 // HeaderParkReason is the header of a parked record in the dead-letter
 // topic that says why it was parked.
 const HeaderParkReason = "Outbox-Park-Reason"
@@ -44,6 +47,11 @@ type ConsumerConfig struct {
 	// BackoffBase and BackoffMax bound the pause between two attempts of a
 	// failing record (doubling, jittered). Defaults 100ms and 5s.
 	BackoffBase, BackoffMax time.Duration
+	// CheckInterval is how often Consume asks the cluster for the metadata
+	// of Topics and DeadLetterTopic, so that a missing topic, refused
+	// access or a cluster that stopped answering is logged even while no
+	// record comes. Default CheckIntervalDefault.
+	CheckInterval time.Duration
 	// Logger receives parked records and retries. Default slog.Default().
 	Logger *slog.Logger
 	// Observer, if set, is told of every attempt to handle a message
@@ -126,12 +134,16 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 	if cfg.BackoffMax <= 0 {
 		cfg.BackoffMax = 5 * time.Second
 	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = CheckIntervalDefault
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	h := newHealth(cfg, seeds)
 	lanes := consume.Config{Consumer: cfg.Group, MaxDeliver: cfg.MaxDeliver, BackoffBase: cfg.BackoffBase, BackoffMax: cfg.BackoffMax,
 		Logger: cfg.Logger, Observer: cfg.Observer, Parked: cfg.Parked, SkipParkedInKeyOrder: cfg.SkipParkedInKeyOrder}
-	ps := &partitions{cfg: cfg, fn: fn, lanes: lanes, running: map[topicPartition]*partition{}}
+	ps := &partitions{cfg: cfg, fn: fn, health: h, lanes: lanes, running: map[topicPartition]*partition{}}
 	client, err := kgo.NewClient(append(append([]kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.ConsumerGroup(cfg.Group),
@@ -149,12 +161,18 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 		// another member of the group gets it.
 		kgo.OnPartitionsRevoked(ps.revoked),
 		kgo.OnPartitionsLost(ps.lost),
+		kgo.WithHooks(h),
 	)...)
 	if err != nil {
 		return fmt.Errorf("outboxkafka: consumer group %s: %w", cfg.Group, err)
 	}
 	defer client.Close()
 	ps.client = client
+	h.client = client
+	checking := make(chan struct{})
+	go func() { defer close(checking); h.run(ctx) }()
+	// Before the client closes: a check under way uses it.
+	defer func() { <-checking }()
 	stopRetrying := consume.StartRetrying(ctx, lanes, fn)
 	defer stopRetrying()
 	for {
@@ -162,14 +180,15 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 		if ctx.Err() != nil {
 			break
 		}
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				cfg.Logger.Warn("outboxkafka: consumer fetch failed; going on", slog.String("consumer", cfg.Group), slog.String("kafka_topic", topic), slog.Int("partition", int(partition)), slog.Any("error", err))
-			}
-		})
+		fetches.EachError(h.fetchFailed)
+		fetched := false
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			fetched = fetched || len(p.Records) > 0
 			ps.push(ctx, p.Topic, p.Partition, p.Records)
 		})
+		if fetched {
+			h.consumed()
+		}
 		client.AllowRebalance()
 	}
 	// The partitions' contexts ended with ctx: wait for their handlers, so
@@ -199,6 +218,7 @@ type partitions struct {
 	cfg    ConsumerConfig
 	client *kgo.Client
 	fn     func(ctx context.Context, m outbox.Message) error
+	health *health
 	lanes  consume.Config
 
 	mu      sync.Mutex
@@ -293,7 +313,7 @@ func (ps *partitions) run(ctx context.Context, p *partition) {
 func (ps *partitions) handle(ctx context.Context, r *kgo.Record) bool {
 	cfg := ps.cfg
 	d := &consumed{backoffBase: cfg.BackoffBase, backoffMax: cfg.BackoffMax, client: ps.client, deadLetters: cfg.DeadLetterTopic,
-		log: cfg.Logger.With(slog.String("consumer", cfg.Group)), r: r}
+		health: ps.health, log: cfg.Logger.With(slog.String("consumer", cfg.Group)), r: r}
 	if ctx.Err() != nil {
 		return false
 	}
@@ -363,6 +383,7 @@ type consumed struct {
 	client                  *kgo.Client
 	deadLetters             string
 	done                    bool // acknowledged or parked
+	health                  *health
 	log                     *slog.Logger
 	m                       outbox.Message
 	r                       *kgo.Record
@@ -393,24 +414,42 @@ func (d *consumed) Park(ctx context.Context, attempts int, cause error) error {
 // round.
 func (d *consumed) park(ctx context.Context, reason string) error {
 	wait := backoff.NewJittered(d.backoffBase, d.backoffMax)
+	failed := false // a failure was logged: say when the record is parked
 	for {
 		err := d.produce(ctx, reason)
 		if err == nil {
 			d.client.MarkCommitRecords(d.r)
 			d.done = true
+			if failed {
+				d.log.LogAttrs(ctx, slog.LevelInfo, "outboxkafka: record parked in the dead-letter topic after all; its partition goes on", d.where()...)
+			}
 			return nil
 		}
 		err = fmt.Errorf("outboxkafka: park record %s/%d@%d in %s: %w", d.r.Topic, d.r.Partition, d.r.Offset, d.deadLetters, err)
 		if ctx.Err() != nil {
 			return err
 		}
-		d.log.Warn("outboxkafka: parking a record in the dead-letter topic failed; trying again (its partition waits meanwhile, its offset uncommitted)",
-			slog.String("kafka_topic", d.r.Topic), slog.Int("partition", int(d.r.Partition)), slog.Int64("offset", d.r.Offset),
-			slog.String("dead_letter_topic", d.deadLetters), slog.Duration("retry_in", wait.Next()), slog.Any("error", err))
+		attrs := append(d.where(), slog.Duration("retry_in", wait.Next()), slog.Any("error", err))
+		switch kind, fix := d.health.operatorFix(d.deadLetters, err); {
+		case kind != "" && d.health.allowOperator(kind):
+			d.log.LogAttrs(ctx, slog.LevelError, "outboxkafka: cannot park a record: "+fix+" (its partition waits meanwhile, its offset uncommitted)", attrs...)
+		case kind != "" || failed:
+			d.log.LogAttrs(ctx, slog.LevelDebug, "outboxkafka: parking a record in the dead-letter topic failed again; trying again (logged once at WARN or ERROR level)", attrs...)
+		default:
+			d.log.LogAttrs(ctx, slog.LevelWarn, "outboxkafka: parking a record in the dead-letter topic failed; trying again (its partition waits meanwhile, its offset uncommitted)", attrs...)
+		}
+		failed = true
 		if !wait.Sleep(ctx, nil) {
 			return err
 		}
 	}
+}
+
+// where returns the attributes that name the record and its dead-letter
+// topic.
+func (d *consumed) where() []slog.Attr {
+	return []slog.Attr{slog.String("kafka_topic", d.r.Topic), slog.Int("partition", int(d.r.Partition)), slog.Int64("offset", d.r.Offset),
+		slog.String("dead_letter_topic", d.deadLetters)}
 }
 
 // produce writes the copy of the record with reason to the dead-letter topic
