@@ -109,13 +109,17 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("%w (a table made by an older release has no parked table yet: run `outbox inbox migrate`)", err)
 			}
+			waiting, err := waitingCounts(cmd.Context(), t)
+			if err != nil {
+				return err
+			}
 			stats = withParkedOnly(stats, parked)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				rows := make([]map[string]any, len(stats))
 				for i, st := range stats {
 					rows[i] = map[string]any{"consumer": st.Consumer, "records": st.Records,
-						"awaiting_outgoing": st.AwaitingOutgoing, "duplicates": st.Duplicates, "oldest_seconds": st.OldestAge.Seconds(), "parked": parked[st.Consumer]}
+						"awaiting_outgoing": st.AwaitingOutgoing, "duplicates": st.Duplicates, "oldest_seconds": st.OldestAge.Seconds(), "parked": parked[st.Consumer], "waiting": waiting[st.Consumer]}
 				}
 				return json.NewEncoder(out).Encode(map[string]any{"table": t.Name(), "parked_table": t.ParkedName(), "consumers": rows})
 			}
@@ -125,9 +129,12 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "CONSUMER\tRECORDS\tDUPLICATES\tAWAITING OUTGOING\tOLDEST\tPARKED")
+			// WAITING counts the parked messages held behind another of
+			// their key (key order), among PARKED.
+			fmt.Fprintln(tw, "CONSUMER\tRECORDS\tDUPLICATES\tAWAITING OUTGOING\tOLDEST\tPARKED\tWAITING")
 			for _, st := range stats {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\n", st.Consumer, st.Records, st.Duplicates, st.AwaitingOutgoing, st.OldestAge.Round(time.Second), parked[st.Consumer])
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\n", st.Consumer, st.Records, st.Duplicates, st.AwaitingOutgoing, st.OldestAge.Round(time.Second),
+					parked[st.Consumer], waiting[st.Consumer])
 			}
 			return tw.Flush()
 		},

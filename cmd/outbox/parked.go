@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/google/uuid"
@@ -73,14 +75,14 @@ func newParkedListCommand(open openInbox) *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tCONSUMER\tTOPIC\tKEY\tATTEMPTS\tPARKED\tRETRY\tERROR")
+			fmt.Fprintln(tw, "ID\tCONSUMER\tTOPIC\tKEY\tATTEMPTS\tPARKED\tRETRY\tKEY ORDER\tERROR")
 			for _, p := range parked {
 				retry := ""
 				if p.RetryRequested {
 					retry = "requested"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.ID, p.Consumer, p.Topic, p.Key, p.Attempts,
-					p.ParkedAt.UTC().Format("2006-01-02T15:04:05Z"), retry, oneLine(p.Error, 80))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.ID, p.Consumer, p.Topic, p.Key, p.Attempts,
+					p.ParkedAt.UTC().Format("2006-01-02T15:04:05Z"), retry, keyOrder(p), oneLine(p.Error, 80))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -98,12 +100,30 @@ func newParkedListCommand(open openInbox) *cobra.Command {
 	return cmd
 }
 
+// keyOrder says where p stands in its key's order: waiting behind another
+// parked message, next in line, or overtaken by later messages of its key.
+func keyOrder(p outbox.ParkedMessage) string {
+	switch {
+	case p.Waiting && p.Behind != uuid.Nil:
+		return "waiting behind " + p.Behind.String()
+	case p.Waiting:
+		return "next of its key"
+	case p.Overtaken > 0:
+		return fmt.Sprintf("overtaken by %d", p.Overtaken)
+	}
+	return ""
+}
+
 // showParked is p as `parked show` and `parked list --json` print it; the
 // payload only with withPayload.
 func showParked(p outbox.ParkedMessage, withPayload bool) map[string]any {
 	out := map[string]any{
 		"id": p.ID, "consumer": p.Consumer, "topic": p.Topic, "key": p.Key, "headers": p.Headers,
 		"attempts": p.Attempts, "error": p.Error, "parked_at": p.ParkedAt, "retry_requested": p.RetryRequested,
+		"waiting": p.Waiting, "overtaken": p.Overtaken,
+	}
+	if p.Behind != uuid.Nil {
+		out["behind"] = p.Behind
 	}
 	if !p.CreatedAt.IsZero() {
 		out["created_at"] = p.CreatedAt
@@ -158,16 +178,22 @@ func needConsumer(cmd *cobra.Command, consumer string) error {
 
 func newParkedRetryCommand(open openInbox) *cobra.Command {
 	var (
-		consumer string
-		all      bool
+		consumer   string
+		all, force bool
 	)
 	cmd := &cobra.Command{
-		Use:   "retry --consumer C (ID... | --all)",
+		Use:   "retry --consumer C (ID... | --all) [--force]",
 		Short: "Ask the running consumer to handle parked messages again",
 		Long: `retry marks parked messages of --consumer for a retry. A running process of that consumer (with
 Parked set in its config) takes them within a second and hands them to its handler again, with a
-new round of attempts: a success removes them from the parked messages, a new failure parks them
-again with the new error. Nothing happens until a process of the consumer runs.`,
+new round of attempts: a success removes them from the parked messages, and the messages of the
+same key that waited behind them are then applied in the order they arrived; a new failure parks
+them again with the new error. Nothing happens until a process of the consumer runs.
+
+A message waiting behind another of its key cannot be retried by itself: retry (or discard) the
+one it waits behind. A message whose key moved on (a consumer set to SkipParkedInKeyOrder applied
+later messages of its key after it was parked) would be applied after them: retry refuses it,
+saying how many, unless --force is given.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := needConsumer(cmd, consumer); err != nil {
 				return err
@@ -176,12 +202,74 @@ again with the new error. Nothing happens until a process of the consumer runs.`
 			if err != nil {
 				return err
 			}
-			return changeParked(cmd, open, consumer, ids, inboxTable.RequestRetry, "marked for a retry; the running consumer takes them within a second")
+			t, done, err := open(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if err := retryKeepsKeyOrder(cmd.Context(), t, consumer, ids, force); err != nil {
+				return err
+			}
+			n, err := t.RequestRetry(cmd.Context(), consumer, ids...)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d parked message(s) of %s marked for a retry; the running consumer takes them within a second\n", n, consumer)
+			return missingParked(len(ids), n, consumer)
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to retry (required)")
-	cmd.Flags().BoolVar(&all, "all", false, "retry every parked message of the consumer")
+	cmd.Flags().BoolVar(&all, "all", false, "retry every parked message of the consumer (those waiting behind another follow it)")
+	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, applying them after those")
 	return cmd
+}
+
+// retryKeepsKeyOrder refuses a retry of consumer's parked messages ids (all
+// when empty) that would break their key's order: a message waiting behind
+// another, or, without force, one that later messages of its key overtook.
+func retryKeepsKeyOrder(ctx context.Context, t inboxTable, consumer string, ids []uuid.UUID, force bool) error {
+	var parked []outbox.ParkedMessage
+	if len(ids) == 0 {
+		for after := uuid.Nil; ; {
+			page, err := t.ListParked(ctx, consumer, after, 500)
+			if err != nil {
+				return err
+			}
+			parked = append(parked, page...)
+			if len(page) < 500 {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+	}
+	for _, id := range ids {
+		p, err := t.GetParked(ctx, consumer, id)
+		if errors.Is(err, outbox.ErrNotFound) {
+			continue // counted as missing once the others are marked
+		}
+		if err != nil {
+			return err
+		}
+		if p.Waiting && p.Behind != uuid.Nil {
+			return fmt.Errorf("message %s waits behind parked message %s of its key %q, and follows it once that one is retried with success or discarded: retry or discard %s instead",
+				p.ID, p.Behind, p.Key, p.Behind)
+		}
+		parked = append(parked, p)
+	}
+	if force {
+		return nil
+	}
+	var overtaken []string
+	for _, p := range parked {
+		if p.Overtaken > 0 {
+			overtaken = append(overtaken, fmt.Sprintf("%s of key %q: %d later message(s) of its key were applied after it was parked", p.ID, p.Key, p.Overtaken))
+		}
+	}
+	if len(overtaken) > 0 {
+		return fmt.Errorf("retrying would apply parked messages after later messages of their key (the consumer skips parked messages in key order): %s; "+
+			"if applying them late is right, retry again with --force, else discard them", strings.Join(overtaken, "; "))
+	}
+	return nil
 }
 
 func newParkedDiscardCommand(open openInbox) *cobra.Command {
@@ -229,4 +317,16 @@ func missingParked(asked, changed int, consumer string) error {
 		return fmt.Errorf("%d of %d id(s) matched no message parked by %s; check them with `outbox inbox parked list --consumer %s`", asked-changed, asked, consumer, consumer)
 	}
 	return nil
+}
+
+// waitingCounts counts each consumer's parked messages that wait behind
+// another of their key, if the table keeps key order (none otherwise).
+func waitingCounts(ctx context.Context, t inboxTable) (map[string]int64, error) {
+	w, ok := t.(interface {
+		WaitingCounts(ctx context.Context) (map[string]int64, error)
+	})
+	if !ok {
+		return map[string]int64{}, nil
+	}
+	return w.WaitingCounts(ctx)
 }

@@ -131,10 +131,30 @@ func testParkedCommands(t *testing.T, db []string, table func(t *testing.T) inbo
 
 func TestInboxParkedCommandsOnPostgreSQL(t *testing.T) {
 	t.Parallel()
+	onPostgreSQL(t, testParkedCommands)
+}
+
+func TestInboxParkedCommandsOnSQLite(t *testing.T) {
+	t.Parallel()
+	onSQLite(t, testParkedCommands)
+}
+
+func TestInboxParkedRetryKeepsKeyOrderOnPostgreSQL(t *testing.T) {
+	t.Parallel()
+	onPostgreSQL(t, testParkedRetryKeepsKeyOrder)
+}
+
+func TestInboxParkedRetryKeepsKeyOrderOnSQLite(t *testing.T) {
+	t.Parallel()
+	onSQLite(t, testParkedRetryKeepsKeyOrder)
+}
+
+// onPostgreSQL runs a test of the parked commands on a new schema.
+func onPostgreSQL(t *testing.T, run func(t *testing.T, db []string, table func(t *testing.T) inboxTable)) {
 	schema := pgtest.Schema(t)
 	db := []string{"--database-url", pgtest.URL(t), "--schema", schema}
 	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
-	testParkedCommands(t, db, func(t *testing.T) inboxTable {
+	run(t, db, func(t *testing.T) inboxTable {
 		table, err := outboxpg.NewInboxTable(pgtest.Pool(t), outboxpg.InboxOptions{Schema: schema})
 		if err != nil {
 			t.Fatal(err)
@@ -143,12 +163,12 @@ func TestInboxParkedCommandsOnPostgreSQL(t *testing.T) {
 	})
 }
 
-func TestInboxParkedCommandsOnSQLite(t *testing.T) {
-	t.Parallel()
+// onSQLite runs a test of the parked commands on a new database file.
+func onSQLite(t *testing.T, run func(t *testing.T, db []string, table func(t *testing.T) inboxTable)) {
 	path := filepath.Join(t.TempDir(), "app.db")
 	db := []string{"--database-url", "sqlite://" + path}
 	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
-	testParkedCommands(t, db, func(t *testing.T) inboxTable {
+	run(t, db, func(t *testing.T) inboxTable {
 		store, err := outboxsqlite.Open(t.Context(), path, outboxsqlite.Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -160,6 +180,73 @@ func TestInboxParkedCommandsOnSQLite(t *testing.T) {
 		}
 		return table
 	})
+}
+
+// testParkedRetryKeepsKeyOrder: a message waiting behind a parked one of
+// its key shows so in `parked list` and `inbox status`, and cannot be
+// retried by itself; a parked message that later messages of its key
+// overtook (a consumer set to SkipParkedInKeyOrder) is retried only with
+// --force, and retry says how many overtook it.
+func testParkedRetryKeepsKeyOrder(t *testing.T, db []string, table func(t *testing.T) inboxTable) {
+	with := func(args ...string) []string { return append(append([]string{}, args...), db...) }
+	mustCLI(t, with("inbox", "migrate")...)
+	ks := table(t).(outbox.KeyParkStore)
+	msgs := publishertest.Messages("orders.paid", 3)
+	paid, cancelled, other := msgs[0], msgs[1], msgs[2]
+	paid.Key, cancelled.Key, other.Key = "order-1", "order-1", "order-2"
+	if err := ks.Park(t.Context(), "billing", paid, 5, "no such customer"); err != nil {
+		t.Fatal(err)
+	}
+	if head, err := ks.ParkBehind(t.Context(), "billing", cancelled); err != nil || head != paid.ID {
+		t.Fatalf("park %s behind its key: %s, %v; want behind %s", cancelled.ID, head, err, paid.ID)
+	}
+	if out := mustCLI(t, with("inbox", "parked", "list")...); !strings.Contains(out, "waiting behind "+paid.ID.String()) {
+		t.Fatalf("inbox parked list printed %q; want %s shown waiting behind %s", out, cancelled.ID, paid.ID)
+	}
+	var st struct {
+		Consumers []struct {
+			Consumer string `json:"consumer"`
+			Parked   int64  `json:"parked"`
+			Waiting  int64  `json:"waiting"`
+		} `json:"consumers"`
+	}
+	if err := json.Unmarshal([]byte(mustCLI(t, with("inbox", "status", "--json")...)), &st); err != nil || len(st.Consumers) != 1 ||
+		st.Consumers[0].Parked != 2 || st.Consumers[0].Waiting != 1 {
+		t.Fatalf("inbox status --json: %+v, %v; want billing with 2 parked, 1 of them waiting", st, err)
+	}
+	if out := mustCLI(t, with("inbox", "status")...); !strings.Contains(out, "WAITING") {
+		t.Fatalf("inbox status printed %q; want a WAITING column", out)
+	}
+	if code, _, errOut := cli(t, with("inbox", "parked", "retry", "--consumer", "billing", cancelled.ID.String())...); code != 1 ||
+		!strings.Contains(errOut, "waits behind parked message "+paid.ID.String()) {
+		t.Fatalf("inbox parked retry of a waiting message: exit %d, %q; want exit 1 naming the message it waits behind", code, errOut)
+	}
+
+	// A consumer that skips parked messages applied two later messages of
+	// order-2 past its parked one.
+	if err := ks.Park(t.Context(), "billing", other, 5, "no such customer"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := ks.CountOvertaken(t.Context(), "billing", "order-2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{other.ID.String()}, {"--all"}} {
+		code, _, errOut := cli(t, with(append([]string{"inbox", "parked", "retry", "--consumer", "billing"}, args...)...)...)
+		if code != 1 || !strings.Contains(errOut, other.ID.String()) || !strings.Contains(errOut, "2 later message(s)") || !strings.Contains(errOut, "--force") {
+			t.Fatalf("inbox parked retry %v of a message 2 later messages overtook: exit %d, %q; want exit 1 with the count and --force", args, code, errOut)
+		}
+	}
+	if got, err := table(t).GetParked(t.Context(), "billing", other.ID); err != nil || got.RetryRequested {
+		t.Fatalf("message %s after a refused retry: %+v, %v; want it parked, no retry requested", other.ID, got, err)
+	}
+	if out := mustCLI(t, with("inbox", "parked", "retry", "--consumer", "billing", "--force", other.ID.String())...); !strings.Contains(out, "1 parked message(s) of billing marked") {
+		t.Fatalf("inbox parked retry --force printed %q", out)
+	}
+	if out := mustCLI(t, with("inbox", "parked", "retry", "--consumer", "billing", paid.ID.String())...); !strings.Contains(out, "1 parked message(s) of billing marked") {
+		t.Fatalf("inbox parked retry of the head printed %q", out)
+	}
 }
 
 // Issue 15's story end to end: a JetStream consumer applying messages
