@@ -52,7 +52,8 @@ type ConsumerConfig struct {
 	// access or a cluster that stopped answering is logged even while no
 	// record comes. Default CheckIntervalDefault.
 	CheckInterval time.Duration
-	// Logger receives parked records and retries. Default slog.Default().
+	// Logger receives parked records, retries and what keeps Consume from
+	// reading (see Consume). Default slog.Default().
 	Logger *slog.Logger
 	// Observer, if set, is told of every attempt to handle a message
 	// (outboxotel.Observer continues the message's trace there).
@@ -113,7 +114,21 @@ func FromRecord(r *kgo.Record) (outbox.Message, error) {
 // no later offset of that partition is committed before it, while the other
 // partitions go on being handled and committed. A partition held back keeps
 // at most a few hundred fetched records; past that its fetching pauses
-// until it moves. opts configure the client (TLS, SASL...); they must not
+// until it moves.
+//
+// Consume recovers by itself from what passes (franz-go reconnects, rejoins
+// the group and waits for a topic) and says what needs an operator, by the
+// rule of docs/consumers.md: a check asks the cluster for the metadata of
+// cfg.Topics and cfg.DeadLetterTopic at start and every cfg.CheckInterval,
+// so that a missing or deleted topic, refused access or SASL credentials, or
+// a cluster no broker of which answers three checks in a row,
+// is logged at ERROR level with the fix, at most once per
+// ConfigErrorLogInterval while it lasts; a dead-letter topic that refuses a
+// parked record too. A lost connection or group session is logged at WARN
+// level, and the return of consuming at INFO level. Consume keeps trying
+// meanwhile, so a fix needs no restart.
+//
+// opts configure the client (TLS, SASL...); they must not
 // set the OnPartitionsRevoked or OnPartitionsLost callbacks, which Consume
 // uses to stop handling a partition before another member takes it.
 func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ctx context.Context, m outbox.Message) error, opts ...kgo.Opt) error {

@@ -69,4 +69,18 @@
 // acknowledgements and a linger would only add latency, and refreshes
 // metadata sooner (MetadataMinAgeDefault); give the same options to clients
 // passed to New.
+//
+// Consume is the other side: it reads the topics as a member of a consumer
+// group and hands each record to a handler (typically an outbox.Inbox's
+// Apply), committing a record's offset only after the handler returned nil.
+// It runs for the life of the process and follows the rule every consumer
+// adapter follows (docs/consumers.md): it recovers what it can by itself
+// (franz-go reconnects and rejoins the group), logs at ERROR level what needs
+// an operator (a topic or dead-letter topic that is missing or refuses the
+// client, refused SASL credentials, a cluster that stays unreachable) at most
+// once per ConfigErrorLogInterval while it lasts, logs at INFO level when it
+// is back, and returns only when its context ends. franz-go waits for a
+// missing topic without a word, so Consume asks the cluster for its topics'
+// metadata every ConsumerConfig.CheckInterval (CheckIntervalDefault) to see
+// it.
 package outboxkafka
