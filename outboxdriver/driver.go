@@ -279,8 +279,9 @@ type Stats struct {
 	OldestPending time.Duration
 	// BehindDead counts pending messages that wait, in key order, behind a
 	// dead message of their key: they go on once it is retried or
-	// discarded. Zero for stores that do not claim in key order, or that
-	// skip dead messages.
+	// discarded. Stores count them whatever their own mode, so that any
+	// store of the table (`outbox status`) shows them; relays that skip
+	// dead messages do not wait for them.
 	BehindDead int64
 }
 

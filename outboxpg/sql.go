@@ -16,17 +16,18 @@ type statements struct {
 	insertOne       string // as insert, one message: $1..$7 are scalars
 	insertOneNotify string // as insertOne, $8: channel
 
-	settlePublished string // $1 ids, $2 token
-	deleteAt        string // $1 ctids, $2 token, $3 the table's file node at the claim, $4 the ids settled at those addresses
-	settleKept      string // $1 ids, $2 token
-	settleRetry     string // $1 ids, $2 delays in microseconds, $3 errors, $4 attempts to count (0 or 1), $5 token
-	postponeHeld    string // $1 ids of retried messages; key order only
-	settleDead      string // $1 ids, $2 errors, $3 token
-	claim           string // $1 lease in microseconds, $2 token, $3 limit (TransactionLeases: $1 limit); returns claimedColumns
-	putBack         string // TransactionLeases: rows an open claim deleted, back with their outcome (see putBackArgs)
-	release         string // $1 ids, $2 token
-	nextDue         string
-	purge           string // $1 age in microseconds, $2 limit
+	settlePublished     string // $1 ids, $2 token
+	deleteAt            string // $1 ctids, $2 token, $3 the table's file node at the claim, $4 the ids settled at those addresses
+	settleKept          string // $1 ids, $2 token
+	settleRetry         string // $1 ids, $2 delays in microseconds, $3 errors, $4 attempts to count (0 or 1), $5 token
+	settleRetryKeyOrder string // as settleRetry, then the move of postponeHeld for the retries that applied
+	postponeHeld        string // $1 ids of retried messages; key order only
+	settleDead          string // $1 ids, $2 errors, $3 token
+	claim               string // $1 lease in microseconds, $2 token, $3 limit (TransactionLeases: $1 limit); returns claimedColumns
+	putBack             string // TransactionLeases: rows an open claim deleted, back with their outcome (see putBackArgs)
+	release             string // $1 ids, $2 token
+	nextDue             string
+	purge               string // $1 age in microseconds, $2 limit
 
 	stats       string
 	get         string // $1 id
@@ -269,6 +270,28 @@ SET attempts = t.attempts + r.counted,
 	locked_until = NULL
 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, err, counted)
 WHERE t.id = r.id AND t.lease_token = $5`),
+		// In key order, the retry and the move of the messages held behind
+		// the retried heads (as postponeHeld, below) are one statement, so
+		// that only the retries that applied move their keys: a settlement
+		// under a token that holds nothing (a relay late past its lease)
+		// changes nothing, and does not wait on rows other claims hold.
+		settleRetryKeyOrder: sql(`
+WITH retried AS (
+	UPDATE {t} AS t
+	SET attempts = t.attempts + r.counted,
+		available_at = now() + r.delay_us * interval '1 microsecond',
+		last_error = r.err,
+		lease_token = NULL,
+		locked_until = NULL
+	FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, err, counted)
+	WHERE t.id = r.id AND t.lease_token = $5
+	RETURNING t.key, t.seq, t.available_at
+)
+UPDATE {t} AS f SET available_at = h.available_at, lease_token = NULL, locked_until = NULL
+FROM retried AS h
+WHERE h.key <> '' AND f.key = h.key AND f.key <> '' AND f.status = 'pending' AND f.seq > h.seq
+	AND f.available_at < h.available_at
+	AND (f.locked_until IS NULL OR f.locked_until <= now())`),
 		// In key order, a retried head takes the messages held behind it
 		// back in the queue with it, so that they do not fill the first
 		// due rows a claim looks at (spec §7). It runs after the release

@@ -150,10 +150,11 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 		for i, r := range settle.Retry {
 			ids[i], delays[i], errs[i], counted[i] = pgUUID(r.ID), micros(max(r.Delay, 0)), r.Error, r.Counted()
 		}
-		b.Queue(s.stmts.settleRetry, ids, delays, errs, counted, pgUUID(settle.Token))
+		retry := s.stmts.settleRetry
 		if s.opts.OrderByKey {
-			b.Queue(s.stmts.postponeHeld, ids)
+			retry = s.stmts.settleRetryKeyOrder
 		}
+		b.Queue(retry, ids, delays, errs, counted, pgUUID(settle.Token))
 	}
 	if len(settle.Dead) > 0 {
 		b.Queue(s.stmts.settleDead, deadArgs(settle.Dead, settle.Token)...)

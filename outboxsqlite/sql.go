@@ -17,8 +17,8 @@ type statements struct {
 	anyDue          string // ?1 now
 	settlePublished string // ?1 token, ?2 ids
 	settleKept      string // ?1 now, ?2 token, ?3 ids
-	settleRetry     string // ?1 now, ?2 token, ?3 [[id, delay µs, error, attempts to count], ...]
-	postponeHeld    string // ?1 as settleRetry's ?3; key order only
+	settleRetry     string // ?1 now, ?2 token, ?3 [[id, delay µs, error, attempts to count], ...]; returns the ids it retried
+	postponeHeld    string // ?1 [[id], ...] of the retries settleRetry applied; key order only
 	settleDead      string // ?1 token, ?2 [[id, error], ...]
 	claimSelect     string // ?1 now, ?2 limit
 	claimRun        string // ?1 now, ?2 key, ?3 rowid of the last message taken, ?4 limit; key order only
@@ -143,7 +143,8 @@ WHERE lease_token = ?2 AND id IN (SELECT value FROM json_each(?3))`),
 UPDATE {t} AS t
 SET attempts = t.attempts + r.counted, available_at = ?1 + r.delay_us, last_error = r.err, lease_token = NULL, locked_until = NULL
 FROM (SELECT value ->> 0 AS id, value ->> 1 AS delay_us, value ->> 2 AS err, value ->> 3 AS counted FROM json_each(?3)) AS r
-WHERE t.id = r.id AND t.lease_token = ?2`),
+WHERE t.id = r.id AND t.lease_token = ?2
+RETURNING id`),
 		// In key order, a retried head takes the messages held behind it
 		// back in the queue with it (spec §7). It runs after the release
 		// (see settle); unlike outboxpg's, it moves leased rows too, since

@@ -232,11 +232,18 @@ func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outboxdri
 		if err != nil {
 			return err
 		}
-		if _, err := c.ExecContext(ctx, s.stmts.settleRetry, now, token, string(b)); err != nil {
+		retried, err := s.retry(ctx, c, now, token, string(b))
+		if err != nil {
 			return err
 		}
-		if s.set.orderByKey {
-			if _, err := c.ExecContext(ctx, s.stmts.postponeHeld, string(b)); err != nil {
+		// Only the retries that applied move their keys: a settlement
+		// under a token that holds nothing changes nothing.
+		if s.set.orderByKey && len(retried) > 0 {
+			ids, err := json.Marshal(retried)
+			if err != nil {
+				return err
+			}
+			if _, err := c.ExecContext(ctx, s.stmts.postponeHeld, string(ids)); err != nil {
 				return err
 			}
 		}
@@ -637,3 +644,22 @@ func ceilMicros(t time.Time) int64 {
 }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// retry runs settleRetry and returns the ids it retried, each as a
+// one-element array (postponeHeld's argument).
+func (s *Store) retry(ctx context.Context, c *sql.Conn, now int64, token, rows string) ([][1]string, error) {
+	rs, err := c.QueryContext(ctx, s.stmts.settleRetry, now, token, rows)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var retried [][1]string
+	for rs.Next() {
+		var id string
+		if err := rs.Scan(&id); err != nil {
+			return nil, err
+		}
+		retried = append(retried, [1]string{id})
+	}
+	return retried, rs.Err()
+}

@@ -144,7 +144,9 @@ func testScheduledMessage(t *testing.T, s *suite) {
 }
 
 func testLeaseExpiry(t *testing.T, s *suite) {
-	const lease = 200 * time.Millisecond
+	// Long enough that the second claim below comes within it on a loaded
+	// machine (at 200 ms it did not always, with transaction leases).
+	const lease = 2 * time.Second
 	m := newMessage("orders.leased")
 	s.write(t, m)
 

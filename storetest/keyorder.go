@@ -26,6 +26,7 @@ var keyOrderCases = []testCase{
 	{"in key order a retrying head holds back its key only, and next due waits for it", testKeyOrderRetryHoldsBackItsKey},
 	{"in key order a head scheduled later holds back its key", testKeyOrderScheduledHeadHoldsBackItsKey},
 	{"in key order a retried head takes the messages held behind it back in the queue", testKeyOrderRetryPostponesHeld},
+	{"in key order a late retry under a token that holds nothing moves none of the key's messages", testKeyOrderLateRetryMovesNothing},
 	{"in key order a retried head takes the rest of its run, released in the same settlement, back in the queue with it", testKeyOrderRetryPostponesTheRunReleasedWithIt},
 	{"in key order a message without a key passes a failing key with many messages held", testKeyOrderKeylessMessagePassesAFailingKey},
 	{"in key order concurrent claimers never hold two runs of one key and publish every key's messages in id order", testKeyOrderConcurrentClaimers},
@@ -385,6 +386,26 @@ func testKeyOrderRetryPostponesHeld(t *testing.T, s *suite) {
 	// b1 is leased, not behind a1: untouched.
 	if got := s.get(t, b1.ID).AvailableAt; !got.Before(head.Add(-30 * time.Minute)) {
 		t.Fatalf("message %s of another key: due at %v; want its own time, not a1's retry at %v", b1.ID, got, head)
+	}
+}
+
+// testKeyOrderLateRetryMovesNothing: a settlement under a token that holds
+// nothing (a relay late past its lease, or a claim whose transaction was
+// rolled back) changes nothing. Its retry of a head must not take the
+// head's key back in the queue either: here a2, due long before a1 (an
+// operator rescheduled it), would move to a1's due time. (Found by the
+// model test: both stores moved a key's messages for every retried id,
+// whatever the token.)
+func testKeyOrderLateRetryMovesNothing(t *testing.T, s *suite) {
+	m := keyed("a", "a")
+	a1, a2 := m[0], m[1]
+	a2.AvailableAt = s.now(t).Add(-time.Hour)
+	s.write(t, m...)
+	s.orderedClaimN(t, 1, a1)
+	before := s.get(t, a2.ID).AvailableAt
+	s.settleOrdered(t, outboxdriver.Settlement{Token: uuid.New(), Retry: []outboxdriver.Retry{{ID: a1.ID, Delay: time.Hour, Error: "late"}}})
+	if got := s.get(t, a2.ID).AvailableAt; !got.Equal(before) {
+		t.Fatalf("a retry of a1 under a token that holds nothing moved a2 from %v to %v; want a2 untouched", before, got)
 	}
 }
 

@@ -55,21 +55,7 @@ const (
 	EnvModelSeed = "OUTBOX_MODEL_SEED"
 	// EnvModelSteps sets the steps of each seed.
 	EnvModelSteps = "OUTBOX_MODEL_STEPS"
-	// EnvModelStrict makes the model expect what the contract says where
-	// the stores are known to differ (staleRetryMovesFollowers), so that
-	// a replay shows the defect.
-	EnvModelStrict = "OUTBOX_MODEL_STRICT"
 )
-
-// staleRetryMovesFollowers is a known defect, tolerated unless
-// EnvModelStrict is set: in key order a retry whose token no longer holds
-// the message (a late settlement) changes nothing of the message, but
-// still moves the messages behind it in its key to its due time (both
-// stores run the statement that postpones a retried head's followers for
-// every id of the settlement's retries, whatever the token), and with
-// transaction leases that statement waits for the rows another open claim
-// holds. A settlement with a stale token must change nothing.
-func modelStrict() bool { return os.Getenv(EnvModelStrict) != "" }
 
 // Sizes of the model runs.
 const (

@@ -174,15 +174,6 @@ func (r *modelRun) opLateSettle() error {
 	if len(outcomes) == 0 {
 		return errSkip
 	}
-	if r.ordered && r.held && !modelStrict() {
-		// Known defect (see staleRetryMovesFollowers): such a retry would
-		// wait for the rows of the key's live claim.
-		for i, o := range outcomes {
-			if o.kind == "retry" {
-				outcomes[i] = modelOutcome{id: o.id, kind: "release"}
-			}
-		}
-	}
 	s := settlementOf(c.token, r.rng.IntN(3) == 0, outcomes)
 	t0, err := r.now()
 	if err != nil {
@@ -198,19 +189,11 @@ func (r *modelRun) opLateSettle() error {
 	}
 	r.logf("late settle %s (%s) keep=%v %s (error: %v)", c.name, c.ended, s.KeepPublished, r.describeOutcomes(outcomes), err)
 	if c.held || err != nil {
-		for _, o := range outcomes {
-			if m := r.byID[o.id]; m != nil && o.kind == "retry" && r.ordered && !modelStrict() {
-				r.postponeFollowers(m) // staleRetryMovesFollowers
-			}
-		}
-		return nil
+		return nil // a settlement under a token that holds nothing changes nothing
 	}
 	for _, o := range outcomes {
 		m := r.byID[o.id]
 		if m == nil || m.status != outboxdriver.StatusPending || m.holder != nil || m.staleToken != c.token || o.kind == "release" {
-			if m != nil && o.kind == "retry" && r.ordered && !modelStrict() {
-				r.postponeFollowers(m) // staleRetryMovesFollowers
-			}
 			continue
 		}
 		applied, err := r.appliedLate(m, o, s.KeepPublished)
@@ -220,9 +203,6 @@ func (r *modelRun) opLateSettle() error {
 		switch {
 		case applied:
 			r.applyOutcome(c, m, o, s.KeepPublished, t0, t1)
-		case o.kind == "retry" && r.ordered && !modelStrict():
-			r.postponeFollowers(m) // staleRetryMovesFollowers
-			fallthrough
 		default:
 			m.note(r.step, "late %s by %s: not applied", o, c.name)
 		}
