@@ -51,6 +51,9 @@ import (
 var report struct {
 	sync.Mutex
 	lines []struct{ name, counts string }
+	// notes are what a scenario did besides its faults (an operator's
+	// statements, say), printed under the table, one line each.
+	notes []string
 }
 
 func TestMain(m *testing.M) {
@@ -68,6 +71,10 @@ func TestMain(m *testing.M) {
 	fmt.Printf("%-*s %9s %9s %7s %10s %6s %10s %-12s %11s\n", width, "scenario", "committed", "ambiguous", "faults", "duplicates", "bound", "key order", "consumer", "inbox skips")
 	for _, l := range report.lines {
 		fmt.Printf("%-*s %s\n", width, l.name, l.counts)
+	}
+	sort.Strings(report.notes)
+	for _, n := range report.notes {
+		fmt.Println(n)
 	}
 	report.Unlock()
 	os.Exit(code)
@@ -432,6 +439,14 @@ func TestFaultRelayKilledWithTransactionLeases(t *testing.T) {
 // SIGKILL at a random moment kills times, restarting it each time, and
 // checks that every message was published once, in key order.
 func (s *scenario) killRelaysWhileWriting(messages, kills int, relayArgs ...string) {
+	s.writeAndKillRelays(messages, kills, relayArgs...)
+	// Each kill can duplicate what the killed relay had in flight.
+	s.check(kills, kills*2*50)
+}
+
+// writeAndKillRelays is killRelaysWhileWriting up to the check: it returns
+// once everything is published and the relays are stopped.
+func (s *scenario) writeAndKillRelays(messages, kills int, relayArgs ...string) {
 	t := s.t
 	s.ordered = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -462,8 +477,6 @@ func (s *scenario) killRelaysWhileWriting(messages, kills int, relayArgs ...stri
 	for _, r := range relays {
 		r.Stop()
 	}
-	// Each kill can duplicate what the killed relay had in flight.
-	s.check(kills, kills*2*50)
 }
 
 // TestFaultDatabaseRestartedMidRun stops PostgreSQL (fast shutdown) while
