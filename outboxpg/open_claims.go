@@ -229,7 +229,7 @@ func (s *Store) exchangeOpen(ctx context.Context, settle outboxdriver.Settlement
 	if claim.Limit > 0 {
 		settles-- // the claim, read last
 	}
-	res, err := s.readSettleAndClaim(br, settles, -1, claim.Limit)
+	res, err := s.readSettleAndClaim(br, settles, claim.Limit)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}

@@ -90,3 +90,42 @@ func TestSettlementAfterAnOperatorUpdateAndVacuumDeletesOnlyThePublishedRows(t *
 		t.Fatalf("settling m1 as published after m2 moved to m1's old address: m1 rows left %d (want 0), m2 rows left %d (want 1: m2 was never published)", m1Left, m2Left)
 	}
 }
+
+// An exchange settles and claims in one transaction: when it publishes a
+// key's head, the claim in it sees the key's next message as the head. That
+// must hold when the head's remembered address went stale (an operator
+// rescheduled the leased row), so that its delete by id is part of the
+// same transaction, not an afterthought once the claim has run. (Found by
+// the model test: the claim passed over the key, whose head it still saw
+// pending and leased.)
+func TestExchangeThatPublishesAMovedHeadClaimsTheKeysNextMessage(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	opts := outboxpg.Options{Schema: pgtest.Schema(t), OrderByKey: true}
+	store := newStore(t, pool, opts)
+	ctx := t.Context()
+	table := pgx.Identifier{opts.Schema, "outbox"}.Sanitize()
+	w := newWriter(t, store)
+	a1 := &outbox.Message{Topic: "orders", Key: "a"}
+	a2 := &outbox.Message{Topic: "orders", Key: "a"}
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, a1, a2) }); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	token := uuid.New()
+	got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: time.Minute, Token: token})
+	if err != nil || len(got) != 1 || got[0].ID != a1.ID {
+		t.Fatalf("claim: %v, %v; want a1", got, err)
+	}
+	// The operator reschedules the leased head: a new version, elsewhere.
+	if _, err := pool.Exec(ctx, `UPDATE `+table+` SET available_at = available_at - interval '1 second' WHERE id = $1`, a1.ID); err != nil {
+		t.Fatalf("reschedule a1: %v", err)
+	}
+	next, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{a1.ID}},
+		outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: uuid.New()})
+	if err != nil {
+		t.Fatalf("settle a1 and claim: %v", err)
+	}
+	if len(next) != 1 || next[0].ID != a2.ID {
+		t.Fatalf("the exchange that published a1 claimed %d messages; want a2, the key's next message once a1 is published", len(next))
+	}
+}

@@ -127,14 +127,11 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 		claimSQL = s.stmts.claim
 	}
 	b := &pgx.Batch{}
-	// deleteAt is the place in the batch of the delete by address, if any,
-	// whose count tells whether every row was found at its address.
-	deleteAt, addressed := -1, 0
 	if len(settle.Published) > 0 {
 		if settle.KeepPublished {
 			b.Queue(s.stmts.settleKept, pgUUIDs(settle.Published), pgUUID(settle.Token))
 		} else {
-			deleteAt, addressed = s.queueDeletePublished(b, settle.Token, settle.Published)
+			s.queueDeletePublished(b, settle.Token, settle.Published)
 		}
 	}
 	if len(settle.Release) > 0 {
@@ -178,7 +175,7 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 	}
 
 	br := s.pool.SendBatch(ctx, b)
-	res, err := s.readSettleAndClaim(br, settles, deleteAt, claim.Limit)
+	res, err := s.readSettleAndClaim(br, settles, claim.Limit)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -187,15 +184,6 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 	}
 	if !settle.Empty() {
 		s.addresses.forget(settle.Token)
-	}
-	if deleteAt >= 0 && res.deletedAt < int64(addressed) {
-		// Some published rows were not at their address: the table was
-		// rewritten, or a lease ran out and another worker claimed the
-		// row. By id, those still leased to the token go now.
-		if _, err := s.pool.Exec(ctx, s.stmts.settlePublished, pgUUIDs(settle.Published), pgUUID(settle.Token)); err != nil {
-			s.logger().Warn("outboxpg: deleting published messages by id failed; they are published again when their lease ends",
-				slog.String("table", s.Name()), slog.Int("messages", len(settle.Published)), slog.Any("error", err))
-		}
 	}
 	msgs, undecodable := res.msgs, res.undecodable
 	s.addresses.remember(claim.Token, claim.Lease, res.filenode, res.addresses)
@@ -237,20 +225,15 @@ type exchangeResult struct {
 	addresses   map[uuid.UUID]pgtype.TID
 	filenode    uint32
 	stored      map[uuid.UUID]storedRow // the claimed rows as stored (TransactionLeases)
-	deletedAt   int64                   // rows the delete by address removed
 }
 
-// readSettleAndClaim reads the results of SettleAndClaim's batch: the count
-// of the delete by address (at place deleteAt, if not -1), then the claimed
-// messages and where they are, if the exchange claimed up to limit (> 0).
-func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, deleteAt, limit int) (res exchangeResult, err error) {
-	for i := range settles {
-		tag, err := br.Exec()
-		if err != nil {
+// readSettleAndClaim reads the results of SettleAndClaim's batch: the
+// settles statements' outcomes, then the claimed messages and where they
+// are, if the exchange claimed up to limit (> 0).
+func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, limit int) (res exchangeResult, err error) {
+	for range settles {
+		if _, err := br.Exec(); err != nil {
 			return res, err
-		}
-		if i == deleteAt {
-			res.deletedAt = tag.RowsAffected()
 		}
 	}
 	if limit <= 0 {
@@ -361,20 +344,16 @@ func permute(msgs []outbox.Message, order []int) {
 }
 
 // queueDeletePublished queues the delete of published messages: by address
-// those whose address the claim left (see addressBook), by id the others.
-// It returns the place of the delete by address in b (-1 if none) and how
-// many rows it should find.
-func (s *Store) queueDeletePublished(b *pgx.Batch, token uuid.UUID, published []uuid.UUID) (at, n int) {
+// those whose address the claim left (see addressBook; those no longer
+// there by id, in the same statement), by id the others.
+func (s *Store) queueDeletePublished(b *pgx.Batch, token uuid.UUID, published []uuid.UUID) {
 	tids, addressed, filenode, unknown := s.addresses.lookUp(token, published)
-	at = -1
 	if len(tids) > 0 {
-		at, n = b.Len(), len(tids)
 		b.Queue(s.stmts.deleteAt, tids, pgUUID(token), filenode, pgUUIDs(addressed))
 	}
 	if len(unknown) > 0 {
 		b.Queue(s.stmts.settlePublished, pgUUIDs(unknown), pgUUID(token))
 	}
-	return at, n
 }
 
 // withoutFailures returns msgs less those listed in failed, reusing msgs.
