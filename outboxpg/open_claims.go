@@ -219,7 +219,7 @@ func (s *Store) exchangeOpen(ctx context.Context, settle outboxdriver.Settlement
 		// the lease ends, as a leased claim would.
 		b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true)`, idleTimeout(claim.Lease))
 		if s.opts.OrderByKey {
-			b.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`) // see exchangeLeased
+			b.Queue(genericPlans) // see exchangeLeased
 		}
 		b.Queue(s.stmts.claim, claim.Limit)
 	}
