@@ -9,10 +9,13 @@ import (
 )
 
 // KeyOrderKeeper is implemented by publishers that keep a key's order within
-// one batch themselves: after a message of a non-empty key fails (other than
-// permanently), they do not send the later messages of that key in the
-// batch and report them HeldBack. Handlers, outboxevents.Dispatcher and the
-// webhook publisher (outboxhttp) do.
+// one batch themselves: after a message of a non-empty key fails, for good
+// or not, they do not send the later messages of that key in the batch and
+// report them HeldBack. Handlers, outboxevents.Dispatcher and the webhook
+// publisher (outboxhttp) do. A permanent failure holds the key too: the
+// message goes to the dead letters, and by default a dead message holds the
+// rest of its key (a store that skips dead messages in key order claims
+// them again at once, one claim later).
 //
 // A claim in key order carries a run of each key's messages, in order. A
 // publisher that keeps key order gets the batch whole. Any other (the
@@ -76,7 +79,7 @@ func (r *Relay) publishBatch(ctx context.Context, batch []Message) []error {
 		}
 		for j, i := range at {
 			sent[i], results[i] = true, errs[j]
-			if k := batch[i].Key; errs[j] != nil && k != "" && !IsPermanent(errs[j]) {
+			if k := batch[i].Key; errs[j] != nil && k != "" {
 				failed[k] = errs[j]
 			}
 		}

@@ -61,8 +61,8 @@ type Handler func(ctx context.Context, m Message) error
 
 // Handlers is a Publisher that calls the handler registered for each message's
 // topic, one message at a time in batch order. A message whose topic has no
-// handler fails permanently. After a handler fails (other than permanently),
-// the later messages of the same non-empty key in the batch are not handled:
+// handler fails permanently. After a handler fails (permanently or not), the
+// later messages of the same non-empty key in the batch are not handled:
 // they fail with an error marked HeldBack, so a key's messages are handled in
 // order and the relay counts no attempt for them. Register handlers before
 // the relay starts.
@@ -107,7 +107,7 @@ func (hs *Handlers) Publish(ctx context.Context, batch []Message) []error {
 			errs[i] = Permanent(fmt.Errorf("no handler for topic %q", batch[i].Topic))
 			continue
 		}
-		if errs[i] = callHandler(ctx, h, batch[i]); errs[i] != nil && !IsPermanent(errs[i]) {
+		if errs[i] = callHandler(ctx, h, batch[i]); errs[i] != nil {
 			failed[batch[i].Key] = i
 		}
 	}

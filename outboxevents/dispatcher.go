@@ -140,7 +140,7 @@ func (d *Dispatcher[TTx]) Publish(ctx context.Context, batch []outbox.Message) [
 			continue
 		}
 		errs[i] = d.dispatch(ctx, *m)
-		if errs[i] != nil && !outbox.IsPermanent(errs[i]) {
+		if errs[i] != nil {
 			failed[m.Key] = m.ID
 		}
 	}

@@ -115,7 +115,7 @@
 // flight, so messages of different keys reach the endpoint in no particular
 // order, and the relay itself may run several batches at once
 // (outbox.Config.Workers). The messages of one key are sent one at a time in
-// batch order, and a retryable failure holds back the batch's later messages
+// batch order, and a failure, permanent or not, holds back the batch's later messages
 // of the same key: they are not sent, and the relay counts no attempt for
 // them (outbox.HeldBack), nor for messages not sent because the endpoint
 // asked to wait (Retry-After). With Config.Sequential the whole batch is sent

@@ -82,7 +82,7 @@ type Config struct {
 	// has in flight at most; zero means ConcurrencyDefault. Messages of
 	// different keys (and those without a key) are therefore sent in no
 	// particular order; the messages of one key go one at a time, in batch
-	// order, and a retryable failure holds back the later ones. See
+	// order, and a failure holds back the later ones. See
 	// Sequential.
 	Concurrency int
 	// Logger receives, at error level, one line per batch, endpoint and
@@ -102,7 +102,7 @@ type Config struct {
 	Secret []byte
 	// Sequential sends a batch's messages one at a time in batch order
 	// (Concurrency is ignored), across keys too. Within a key the order is
-	// kept either way: after a retryable failure the later messages of the
+	// kept either way: after a failure the later messages of the
 	// same non-empty key in that batch are not sent, so a receiver never
 	// gets a key's messages out of order from one batch.
 	Sequential bool
@@ -261,7 +261,7 @@ func (p *Publisher) KeepsKeyOrder() {}
 // Publish posts the batch, Config.Concurrency requests at a time (one at a
 // time with Config.Sequential), and returns each message's outcome; see the
 // package documentation. The messages of one non-empty key go one after the
-// other in batch order, and a retryable failure holds back the batch's later
+// other in batch order, and a failure holds back the batch's later
 // messages of its key: they are not sent, and fail with an error marked
 // outbox.HeldBack, so the relay counts no attempt for them.
 func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error {
@@ -327,9 +327,9 @@ func lanesOf(batch []outbox.Message) [][]int {
 }
 
 // publishInOrder sends batch[i] for each i of idx, one at a time; a
-// retryable failure holds back the later messages of its key.
+// failure, permanent or not, holds back the later messages of its key.
 func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, idx []int, errs []error, th *throttle, rej *rejections) {
-	failed := map[string]int{} // key -> index of its first retryable failure
+	failed := map[string]int{} // key -> index of its first failure
 	for _, i := range idx {
 		m := &batch[i]
 		if first, ok := failed[m.Key]; ok && m.Key != "" {
@@ -337,7 +337,7 @@ func (p *Publisher) publishInOrder(ctx context.Context, batch []outbox.Message, 
 			continue
 		}
 		errs[i] = p.send(ctx, m, th, rej)
-		if errs[i] != nil && !outbox.IsPermanent(errs[i]) {
+		if errs[i] != nil {
 			failed[m.Key] = i
 		}
 	}

@@ -84,6 +84,19 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		testKeyOrderRunsBrokerLike(t, h)
 	})
+	for name, publisher := range map[string]func(*Recorder) outbox.Publisher{
+		"KeyOrderKeeper":                 func(rec *Recorder) outbox.Publisher { return rec },
+		"PublisherThatSendsABatchAtOnce": func(rec *Recorder) outbox.Publisher { return BrokerLike{rec} },
+	} {
+		t.Run("KeyOrderedRunWhoseFirstMessageFailsForGoodHoldsTheRestOfItsKeyThrough"+name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			if h.KeyOrdered == nil {
+				t.Skip("the harness sets no KeyOrdered store")
+			}
+			testKeyOrderPermanentFailureHoldsItsKey(t, h, publisher)
+		})
+	}
 	t.Run("UnorderedStoreHandsABatchOfOneKeyToThePublisherWhole", func(t *testing.T) {
 		t.Parallel()
 		testUnorderedBatchGoesWhole(t, newHarness(t))
@@ -224,7 +237,7 @@ func (r *Recorder) Publish(ctx context.Context, batch []outbox.Message) []error 
 		if r.Fail != nil {
 			errs[i] = r.Fail(m)
 		}
-		if errs[i] != nil && !outbox.IsPermanent(errs[i]) {
+		if errs[i] != nil {
 			failed[m.Key] = true
 		}
 		if errs[i] == nil {
