@@ -201,15 +201,6 @@ func (r *modelRun) gone(m *modelMsg, why string) {
 	r.justGone = append(r.justGone, m.id)
 }
 
-func (r *modelRun) claimByToken(token uuid.UUID) *modelClaim {
-	for _, c := range r.claims {
-		if c.token == token {
-			return c
-		}
-	}
-	return nil
-}
-
 // blocks reports whether m holds back the later messages of its key in key
 // order.
 func (r *modelRun) blocks(m *modelMsg) bool {
