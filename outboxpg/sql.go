@@ -65,6 +65,19 @@ func leasedClaimBesideOpen(n names, o Options) string {
 	return buildStatements(n, o.OrderByKey, o.deadHoldsKey(), leaseColumns, true).claim
 }
 
+// settleRetry records retries ($1 ids, $2 delays in microseconds, $3
+// errors, $4 attempts to count (0 or 1), $5 token) of the rows the token
+// still holds.
+const settleRetry = `
+UPDATE {t} AS t
+SET attempts = t.attempts + r.counted,
+	available_at = now() + r.delay_us * interval '1 microsecond',
+	last_error = r.err,
+	lease_token = NULL,
+	locked_until = NULL
+FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, err, counted)
+WHERE t.id = r.id AND t.lease_token = $5`
+
 // buildStatements builds the statements; deadHolds says whether a dead
 // message holds the rest of its key in key order, besideOpen whether open
 // claims may keep rows of the table in their transactions.
@@ -274,30 +287,14 @@ DELETE FROM {t} WHERE id = ANY(ARRAY(SELECT unnest($4::uuid[]) EXCEPT SELECT id 
 		settleKept: sql(`
 UPDATE {t} SET status = 'published', published_at = now(), lease_token = NULL, locked_until = NULL
 WHERE id = ANY($1::uuid[]) AND lease_token = $2`),
-		settleRetry: sql(`
-UPDATE {t} AS t
-SET attempts = t.attempts + r.counted,
-	available_at = now() + r.delay_us * interval '1 microsecond',
-	last_error = r.err,
-	lease_token = NULL,
-	locked_until = NULL
-FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, err, counted)
-WHERE t.id = r.id AND t.lease_token = $5`),
+		settleRetry: sql(settleRetry),
 		// In key order, the retry and the move of the messages held behind
 		// the retried heads (as postponeHeld, below) are one statement, so
 		// that only the retries that applied move their keys: a settlement
 		// under a token that holds nothing (a relay late past its lease)
 		// changes nothing, and does not wait on rows other claims hold.
 		settleRetryKeyOrder: sql(`
-WITH retried AS (
-	UPDATE {t} AS t
-	SET attempts = t.attempts + r.counted,
-		available_at = now() + r.delay_us * interval '1 microsecond',
-		last_error = r.err,
-		lease_token = NULL,
-		locked_until = NULL
-	FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, err, counted)
-	WHERE t.id = r.id AND t.lease_token = $5
+WITH retried AS (` + settleRetry + `
 	RETURNING t.key, t.seq, t.available_at
 )
 UPDATE {t} AS f SET available_at = h.available_at, lease_token = NULL, locked_until = NULL
