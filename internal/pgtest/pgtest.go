@@ -88,9 +88,7 @@ func Pool(t testing.TB) *pgxpool.Pool {
 func Schema(t testing.TB) string {
 	t.Helper()
 	pool := Pool(t)
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	name := "test_" + hex.EncodeToString(b[:])
+	name := randomName()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := pool.Exec(ctx, `CREATE SCHEMA "`+name+`"`); err != nil {
@@ -115,9 +113,7 @@ func Schema(t testing.TB) string {
 func Database(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	admin := Pool(t)
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	name := "test_" + hex.EncodeToString(b[:])
+	name := randomName()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := admin.Exec(ctx, `CREATE DATABASE "`+name+`"`); err != nil {
@@ -141,4 +137,12 @@ func Database(t testing.TB) *pgxpool.Pool {
 		}
 	})
 	return pool
+}
+
+// randomName is a fresh name for a throwaway schema or database: a valid
+// identifier that no other test draws.
+func randomName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "test_" + hex.EncodeToString(b[:])
 }
