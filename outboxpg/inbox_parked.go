@@ -31,6 +31,7 @@ type parkedStatements struct {
 	park     string // $1 consumer, $2 id, $3 topic, $4 key, $5 headers, $6 payload, $7 created_at, $8 error, $9 attempts
 	take     string // $1 consumer, $2 limit
 	unpark   string // $1 consumer, $2 id
+	passOn   string // $1 consumer, $2 key, $3 seq of the unparked row
 	list     string // $1 consumer or '', $2 after, $3 limit
 	get      string // $1 consumer or '', $2 id
 	retry    string // $1 consumer, $2 ids (empty: all)
@@ -102,9 +103,19 @@ ON CONFLICT (consumer, message_id) DO UPDATE SET error = EXCLUDED.error, attempt
 		// the message ahead of it was parked again may remain).
 		take: `UPDATE ` + q + ` AS p SET retry_requested = false WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = $1 AND retry_requested AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
-	ORDER BY parked_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+	ORDER BY parked_at LIMIT $2 FOR UPDATE SKIP LOCKED) AND retry_requested
 RETURNING ` + parkedReturning,
-		unpark:  `DELETE FROM ` + q + ` WHERE consumer = $1 AND message_id = $2`,
+		unpark: `DELETE FROM ` + q + ` WHERE consumer = $1 AND message_id = $2 RETURNING key, seq`,
+		// An unparked first message of a key passes its key on as a
+		// discarded one does, in the unpark's transaction: a process
+		// that stops before it takes the next waiting message
+		// (TakeNextWaiting) leaves it requested, not stalled. seq > $3
+		// leaves the key alone when the unparked row was not its first:
+		// the first may be in a handler already. A statement of its
+		// own, after the delete: its snapshot sees a row that a
+		// concurrent ParkBehind added behind the deleted one (the
+		// delete waited for it).
+		passOn:  `UPDATE ` + q + ` AS p SET retry_requested = true WHERE consumer = $1 AND key = $2 AND waiting AND seq > $3 AND ` + parkedKeyFirst(q),
 		list:    `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id > $2 ORDER BY message_id, consumer LIMIT $3`,
 		get:     `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id = $2 ORDER BY consumer LIMIT 2`,
 		retry:   `UPDATE ` + q + ` AS p SET retry_requested = true WHERE consumer = $1 AND (cardinality($2::uuid[]) = 0 OR message_id = ANY ($2)) AND (NOT waiting OR ` + parkedKeyFirst(q) + `)`,
@@ -122,8 +133,11 @@ RETURNING ` + parkedReturning,
 	ON CONFLICT (consumer, message_id) DO NOTHING
 )
 SELECT message_id FROM head`,
+		// The unpark before it requested the retry of the next waiting
+		// message: next and take each take it only by clearing that
+		// request, so one of them hands it out, never both.
 		next: `UPDATE ` + q + ` AS p SET retry_requested = false WHERE (consumer, message_id) = (
-	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = $1 AND key = $2 ORDER BY seq LIMIT 1 FOR UPDATE) AND waiting
+	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = $1 AND key = $2 ORDER BY seq LIMIT 1 FOR UPDATE) AND waiting AND retry_requested
 RETURNING ` + parkedReturning,
 		// A discarded head passes its key on: the key's next message, if
 		// it waits, is requested for a retry, which a consumer process
@@ -228,9 +242,29 @@ func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int
 	return msgs, nil
 }
 
-// Unpark forgets consumer's parked message id (outbox.ParkStore).
+// Unpark forgets consumer's parked message id (outbox.ParkStore). If it
+// was its key's first, the key's next message, if it waits, is requested
+// for a retry in the same transaction (outbox.KeyParkStore).
 func (t *InboxTable) Unpark(ctx context.Context, consumer string, id uuid.UUID) error {
-	if _, err := t.pool.Exec(ctx, t.parked.unpark, consumer, pgUUID(id)); err != nil {
+	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		var (
+			key string
+			seq int64
+		)
+		err := tx.QueryRow(ctx, t.parked.unpark, consumer, pgUUID(id)).Scan(&key, &seq)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if key == "" {
+			return nil // never held: nothing waits behind it
+		}
+		_, err = tx.Exec(ctx, t.parked.passOn, consumer, key, seq)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("outboxpg: unpark message %s of consumer %q in %s: %w", id, consumer, t.parked.name, err)
 	}
 	return nil
@@ -370,7 +404,8 @@ func (t *InboxTable) ParkBehind(ctx context.Context, consumer string, m outbox.M
 }
 
 // TakeNextWaiting returns consumer's first parked message of key if it
-// waits, its retry request cleared (outbox.KeyParkStore).
+// waits and its retry is requested (the unpark or discard of the message
+// before it requested it), and clears the request (outbox.KeyParkStore).
 func (t *InboxTable) TakeNextWaiting(ctx context.Context, consumer, key string) (outbox.Message, bool, error) {
 	rows, err := t.pool.Query(ctx, t.parked.next, consumer, key)
 	if err != nil {

@@ -26,6 +26,7 @@ type parkedStatements struct {
 	park    string // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 attempts, ?10 now
 	take    string // ?1 consumer, ?2 limit
 	unpark  string // ?1 consumer, ?2 id
+	passOn  string // ?1 consumer, ?2 key, ?3 seq of the unparked row
 	list    string // ?1 consumer or '', ?2 after, ?3 limit
 	get     string // ?1 consumer or '', ?2 id
 	retry   string // ?1 consumer, ?2 JSON array of ids (empty: all)
@@ -107,11 +108,19 @@ ON CONFLICT (consumer, message_id) DO UPDATE SET error = excluded.error, attempt
 		// of it was parked again may remain).
 		take: `UPDATE ` + q + ` SET retry_requested = 0 WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND retry_requested AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
-	ORDER BY parked_at LIMIT ?2)
+	ORDER BY parked_at LIMIT ?2) AND retry_requested
 RETURNING ` + parkedReturning,
-		unpark: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id = ?2`,
-		list:   `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id > ?2 ORDER BY message_id, consumer LIMIT ?3`,
-		get:    `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id = ?2 ORDER BY consumer LIMIT 2`,
+		unpark: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id = ?2 RETURNING key, seq`,
+		// An unparked first message of a key passes its key on as a
+		// discarded one does, in the unpark's transaction: a process
+		// that stops before it takes the next waiting message
+		// (TakeNextWaiting) leaves it requested, not stalled. seq > ?3
+		// leaves the key alone when the unparked row was not its first:
+		// the first may be in a handler already.
+		passOn: `UPDATE ` + q + ` SET retry_requested = 1 WHERE (consumer, message_id) IN (
+	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND key = ?2 AND waiting AND seq > ?3 AND ` + parkedKeyFirst(q) + `)`,
+		list: `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id > ?2 ORDER BY message_id, consumer LIMIT ?3`,
+		get:  `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id = ?2 ORDER BY consumer LIMIT 2`,
 		retry: `UPDATE ` + q + ` SET retry_requested = 1 WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND (?2 = '[]' OR message_id IN (SELECT value FROM json_each(?2)))
 	AND (NOT waiting OR ` + parkedKeyFirst(q) + `))`,
@@ -121,8 +130,11 @@ RETURNING ` + parkedReturning,
 		behind: `INSERT INTO ` + q + ` (consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, waiting, seq)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, 1, (SELECT coalesce(max(seq), 0) + 1 FROM ` + q + `))
 ON CONFLICT (consumer, message_id) DO NOTHING`,
+		// The unpark before it requested the retry of the next waiting
+		// message: next and take each take it only by clearing that
+		// request, so one of them hands it out, never both.
 		next: `UPDATE ` + q + ` SET retry_requested = 0 WHERE (consumer, message_id) IN (
-	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1) AND waiting
+	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1) AND waiting AND retry_requested
 RETURNING ` + parkedReturning,
 		// A discarded head passes its key on: the key's next message, if
 		// it waits, is requested for a retry, which a consumer process
@@ -245,9 +257,28 @@ func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int
 	return msgs, nil
 }
 
-// Unpark forgets consumer's parked message id (outbox.ParkStore).
+// Unpark forgets consumer's parked message id (outbox.ParkStore). If it
+// was its key's first, the key's next message, if it waits, is requested
+// for a retry in the same transaction (outbox.KeyParkStore).
 func (t *InboxTable) Unpark(ctx context.Context, consumer string, id uuid.UUID) error {
-	_, err := t.writeCount(ctx, t.parked.unpark, consumer, id.String())
+	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
+		var (
+			key string
+			seq int64
+		)
+		err := tx.QueryRowContext(ctx, t.parked.unpark, consumer, id.String()).Scan(&key, &seq)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if key == "" {
+			return nil // never held: nothing waits behind it
+		}
+		_, err = tx.ExecContext(ctx, t.parked.passOn, consumer, key, seq)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("outboxsqlite: unpark message %s of consumer %q in %s: %w", id, consumer, t.parked.name, err)
 	}
@@ -450,7 +481,8 @@ func (t *InboxTable) ParkBehind(ctx context.Context, consumer string, m outbox.M
 }
 
 // TakeNextWaiting returns consumer's first parked message of key if it
-// waits, its retry request cleared (outbox.KeyParkStore).
+// waits and its retry is requested (the unpark or discard of the message
+// before it requested it), and clears the request (outbox.KeyParkStore).
 func (t *InboxTable) TakeNextWaiting(ctx context.Context, consumer, key string) (outbox.Message, bool, error) {
 	var parked []outbox.ParkedMessage
 	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {

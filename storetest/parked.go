@@ -44,6 +44,9 @@ func parkedCases() []struct {
 		{"a discarded head passes its key on to the first message waiting behind it", testParkedDiscardPassesTheKeyOn},
 		{"messages of a key applied past its parked messages are counted on them", testParkedCountsOvertaken},
 		{"a message parked behind a key as its last parked message is unparked is either not held or seen by the unparker", testParkedBehindRacesTheLastUnpark},
+		{"unparking a key's first message requests the retry of the next, so a consumer that stops before taking it does not stall the key", testParkedUnparkPassesTheKeyOn},
+		{"the next waiting message is handed out once, by TakeNextWaiting or as the retry its unpark requested", testParkedNextWaitingTakenOnce},
+		{"unparking a later message of a key does not request its first again", testParkedUnparkOfALaterMessageKeepsTheFirst},
 	}
 }
 
