@@ -20,7 +20,9 @@ import (
 type Dispatcher[TTx any] struct {
 	reg    *Registry
 	store  outbox.InboxStore[TTx]
-	parked outbox.ParkStore // the store, if it keeps parked messages
+	parked outbox.ParkStore    // the store, if it keeps parked messages
+	keys   outbox.KeyParkStore // the store, if it holds keys behind them
+	skip   bool                // SkipParkedInKeyOrder
 
 	mu       sync.RWMutex
 	handlers map[string][]*handler[TTx] // by event type name
@@ -58,16 +60,30 @@ var _ outbox.Publisher = (*Dispatcher[any])(nil)
 // database the handlers write to). When store keeps parked messages
 // (outbox.ParkStore, as the outboxpg and outboxsqlite inbox tables do), a
 // handler's permanent failure parks its share of the event there, and
-// RetryParked runs it again when an operator asks.
-func NewDispatcher[TTx any](reg *Registry, store outbox.InboxStore[TTx]) (*Dispatcher[TTx], error) {
+// RetryParked runs it again when an operator asks. A parked share holds the
+// rest of its key for its handler (see Publish), which needs store to be an
+// outbox.KeyParkStore, as those tables are: a store that parks but is none
+// is refused unless opts include SkipParkedInKeyOrder.
+func NewDispatcher[TTx any](reg *Registry, store outbox.InboxStore[TTx], opts ...DispatcherOption) (*Dispatcher[TTx], error) {
 	if reg == nil {
 		return nil, &outbox.ConfigError{Field: "outboxevents.NewDispatcher registry", Value: "nil", Fix: "pass the Registry the events were written with"}
 	}
 	if store == nil {
 		return nil, &outbox.ConfigError{Field: "outboxevents.NewDispatcher store", Value: "nil", Fix: "pass an inbox table, e.g. outboxpg.NewInboxTable or outboxsqlite.NewInboxTable"}
 	}
+	var o dispatcherOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
 	parked, _ := store.(outbox.ParkStore)
-	return &Dispatcher[TTx]{reg: reg, store: store, parked: parked, handlers: map[string][]*handler[TTx]{}, names: map[string]bool{}}, nil
+	keys, _ := store.(outbox.KeyParkStore)
+	if parked != nil && keys == nil && !o.skip {
+		return nil, &outbox.ConfigError{Field: "outboxevents.NewDispatcher store", Value: fmt.Sprintf("%T (parks shares, cannot hold their keys)", store),
+			Fix: "use an inbox table that is an outbox.KeyParkStore (outboxpg, outboxsqlite), or pass outboxevents.SkipParkedInKeyOrder() to let a handler apply a key's later events past its parked share"}
+	}
+	return &Dispatcher[TTx]{reg: reg, store: store, parked: parked, keys: keys, skip: o.skip, handlers: map[string][]*handler[TTx]{}, names: map[string]bool{}}, nil
 }
 
 // Handle adds a handler named name for events of type E, which must be
@@ -110,7 +126,8 @@ func Handle[E any, TTx any](d *Dispatcher[TTx], name string, fn func(ctx context
 // the event only (see the package documentation, Handlers). A message's
 // result is:
 //   - nil when every handler has applied it (now or before) or had its
-//     share parked;
+//     share parked, or parked as waiting behind its parked share of the
+//     event's key;
 //   - a permanent error when its type is unknown or its body undecodable,
 //     or when a handler failed permanently and the inbox table keeps no
 //     parked messages;
@@ -126,6 +143,15 @@ func Handle[E any, TTx any](d *Dispatcher[TTx], name string, fn func(ctx context
 // After an event fails (retryably), the batch's later events of its key are
 // not dispatched: they are held back, so a key's events are applied in
 // order.
+//
+// A handler's parked share holds the rest of its key for that handler: a
+// later event of the key is not run by it but parked as waiting behind the
+// parked share (the handler's other keys, and the other handlers, go on),
+// and RetryParked applies the waiting shares in order once the parked one is
+// retried with success. With SkipParkedInKeyOrder the handler applies them
+// as they come instead, and each one it applies is counted on its parked
+// shares of the key (outbox.ParkedMessage.Overtaken), so that `outbox inbox
+// parked retry` asks for --force before applying one after its successors.
 func (d *Dispatcher[TTx]) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))
 	failed := map[string]uuid.UUID{} // key -> its message that failed
@@ -173,10 +199,21 @@ func (d *Dispatcher[TTx]) dispatch(ctx context.Context, m outbox.Message) error 
 			wait = max(wait, left)
 			continue
 		}
-		_, err := h.inbox.Handle(ctx, m.ID, func(ctx context.Context, tx TTx) error { return h.apply(ctx, tx, event) })
+		held, err := d.held(ctx, h, m)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("handler %q not run: %w", h.name, err))
+			continue
+		}
+		if held {
+			continue
+		}
+		_, err = h.inbox.Handle(ctx, m.ID, func(ctx context.Context, tx TTx) error { return h.apply(ctx, tx, event) })
 		switch {
 		case err == nil:
 			h.down.up()
+			if err := d.overtook(ctx, h, m); err != nil {
+				failed = append(failed, fmt.Errorf("handler %q: %w", h.name, err))
+			}
 		case outbox.IsPermanent(err) && d.parked != nil:
 			if perr := d.parked.Park(ctx, h.name, m, m.Attempts+1, err.Error()); perr != nil {
 				// Retried: the handler fails again, and its share is

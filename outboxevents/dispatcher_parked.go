@@ -45,12 +45,15 @@ type RetryConfig struct {
 // retry an operator requested (`outbox inbox parked retry --consumer
 // <handler name>`), and runs that handler alone on each: a success applies
 // it (once: its inbox record is written with it) and removes the parked
-// row, a failure parks it again with the new error. A share taken by a
-// process that stops before it is done stays parked: request its retry
-// again. Run it beside the relay, after the handlers are added; processes
-// that run it for the same handlers share the requests, one taker each.
-// It returns an error at once if the dispatcher's inbox table keeps no
-// parked messages, and nil when ctx ends.
+// row, a failure parks it again with the new error. After a success, the
+// handler's shares of the event's key that waited behind it are applied
+// next, in the order they arrived, until one fails (it is parked again: the
+// key's new head) or none is left. A share taken by a process that stops
+// before it is done stays parked: request its retry again. Run it beside
+// the relay, after the handlers are added; processes that run it for the
+// same handlers share the requests, one taker each. It returns an error at
+// once if the dispatcher's inbox table keeps no parked messages, and nil
+// when ctx ends.
 func (d *Dispatcher[TTx]) RetryParked(ctx context.Context, cfg RetryConfig) error {
 	if d.parked == nil {
 		return errors.New("outboxevents: RetryParked: the dispatcher's inbox table keeps no parked messages (it is no outbox.ParkStore); use an outboxpg or outboxsqlite inbox table")
@@ -77,6 +80,7 @@ func (d *Dispatcher[TTx]) RetryParked(ctx context.Context, cfg RetryConfig) erro
 				Consumer: h.name, Concurrency: 1, MaxDeliver: cfg.Attempts,
 				BackoffBase: unavailablePauseMin, BackoffMax: unavailablePauseMax,
 				Logger: cfg.Logger.With(slog.String("outboxevents_handler", h.name)), Parked: d.parked, RetryPoll: cfg.Poll,
+				SkipParkedInKeyOrder: d.skip,
 			}, func(ctx context.Context, m outbox.Message) error { return d.runOne(ctx, h, m) })
 		})
 	}

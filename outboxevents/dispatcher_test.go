@@ -3,6 +3,7 @@ package outboxevents_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,18 +15,21 @@ import (
 )
 
 // memInbox is an inbox table in memory: records commit with the
-// transaction, and it keeps parked messages (outbox.ParkStore).
+// transaction, and it keeps parked messages and holds their keys
+// (outbox.KeyParkStore).
 type memInbox struct {
 	mu      sync.Mutex
 	records map[string]bool // consumer/id
 	parked  map[string]outbox.ParkedMessage
 	retry   map[string]bool // consumer/id whose retry was requested
+	seq     map[string]int  // consumer/id -> arrival order among the parked
+	nextSeq int
 }
 
 type memTx struct{ marks []string }
 
 func newMemInbox() *memInbox {
-	return &memInbox{records: map[string]bool{}, parked: map[string]outbox.ParkedMessage{}, retry: map[string]bool{}}
+	return &memInbox{records: map[string]bool{}, parked: map[string]outbox.ParkedMessage{}, retry: map[string]bool{}, seq: map[string]int{}}
 }
 
 func recordKey(consumer string, id uuid.UUID) string { return consumer + "/" + id.String() }
@@ -56,8 +60,64 @@ func (s *memInbox) MarkProcessed(_ context.Context, tx *memTx, consumer string, 
 func (s *memInbox) Park(_ context.Context, consumer string, m outbox.Message, attempts int, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.parked[recordKey(consumer, m.ID)] = outbox.ParkedMessage{Message: m, Attempts: attempts, Consumer: consumer, Error: reason}
-	delete(s.retry, recordKey(consumer, m.ID))
+	k := recordKey(consumer, m.ID)
+	s.parked[k] = outbox.ParkedMessage{Message: m, Attempts: attempts, Consumer: consumer, Error: reason}
+	delete(s.retry, k)
+	if _, ok := s.seq[k]; !ok {
+		s.nextSeq++
+		s.seq[k] = s.nextSeq
+	}
+	return nil
+}
+
+// head returns consumer's first parked message of key; s.mu is held.
+func (s *memInbox) head(consumer, key string) (outbox.ParkedMessage, bool) {
+	var first outbox.ParkedMessage
+	found := false
+	for k, p := range s.parked {
+		if p.Consumer == consumer && p.Key == key && (!found || s.seq[k] < s.seq[recordKey(consumer, first.ID)]) {
+			first, found = p, true
+		}
+	}
+	return first, found
+}
+
+func (s *memInbox) ParkBehind(_ context.Context, consumer string, m outbox.Message) (uuid.UUID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	head, ok := s.head(consumer, m.Key)
+	if m.Key == "" || !ok {
+		return uuid.Nil, nil
+	}
+	k := recordKey(consumer, m.ID)
+	if _, parked := s.parked[k]; !parked {
+		s.parked[k] = outbox.ParkedMessage{Message: m, Behind: head.ID, Consumer: consumer, Waiting: true}
+		s.nextSeq++
+		s.seq[k] = s.nextSeq
+	}
+	return head.ID, nil
+}
+
+func (s *memInbox) TakeNextWaiting(_ context.Context, consumer, key string) (outbox.Message, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	head, ok := s.head(consumer, key)
+	if !ok || !head.Waiting {
+		return outbox.Message{}, false, nil
+	}
+	delete(s.retry, recordKey(consumer, head.ID))
+	return head.Message, true, nil
+}
+
+func (s *memInbox) CountOvertaken(_ context.Context, consumer, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, p := range s.parked {
+		if p.Consumer == consumer && p.Key == key {
+			p.Overtaken++
+			s.parked[k] = p
+		}
+	}
 	return nil
 }
 
@@ -78,6 +138,7 @@ func (s *memInbox) Unpark(_ context.Context, consumer string, id uuid.UUID) erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.parked, recordKey(consumer, id))
+	delete(s.seq, recordKey(consumer, id))
 	return nil
 }
 
@@ -97,6 +158,13 @@ func (s noParking) RunInTx(ctx context.Context, fn func(tx *memTx) error) error 
 
 func (s noParking) MarkProcessed(ctx context.Context, tx *memTx, consumer string, id uuid.UUID) (bool, error) {
 	return s.in.MarkProcessed(ctx, tx, consumer, id)
+}
+
+// parkOnly is an inbox table that keeps parked messages but cannot hold a
+// key behind them (no outbox.KeyParkStore).
+type parkOnly struct {
+	outbox.InboxStore[*memTx]
+	outbox.ParkStore
 }
 
 // counted is a handler that counts its successful runs and fails while
@@ -264,4 +332,22 @@ func TestWithoutParkingAHandlersPermanentFailureDeadLettersTheEvent(t *testing.T
 		t.Fatalf("retry of dead event %s: %v", m.ID, err)
 	}
 	wantApplied(t, handlers, map[string]int{"read-model": 1, "welcome-mail": 1})
+}
+
+func TestADispatcherRefusesAnInboxThatParksButCannotHoldKeysUnlessToldToSkipParkedInKeyOrder(t *testing.T) {
+	t.Parallel()
+	reg := outboxevents.NewRegistry(outboxevents.Options{})
+	in := newMemInbox()
+	store := parkOnly{in, in}
+	_, err := outboxevents.NewDispatcher(reg, store)
+	var cfgErr *outbox.ConfigError
+	if !errors.As(err, &cfgErr) || !strings.Contains(err.Error(), "SkipParkedInKeyOrder") {
+		t.Fatalf("NewDispatcher on an inbox that parks but holds no key: %v; want a ConfigError naming SkipParkedInKeyOrder", err)
+	}
+	if _, err := outboxevents.NewDispatcher(reg, store, outboxevents.SkipParkedInKeyOrder()); err != nil {
+		t.Fatalf("NewDispatcher on an inbox that parks but holds no key, with SkipParkedInKeyOrder: %v; want accepted", err)
+	}
+	if _, err := outboxevents.NewDispatcher(reg, noParking{in}); err != nil {
+		t.Fatalf("NewDispatcher on an inbox that parks nothing: %v; want accepted (a permanent failure dead-letters the event, which the relay holds its key behind)", err)
+	}
 }

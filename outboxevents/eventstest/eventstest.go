@@ -69,6 +69,9 @@ func Run[TTx any](t *testing.T, newHarness func(t *testing.T) Harness[TTx]) {
 		{"OldNameAndShapeReachTheNewHandlerThroughAliasAndUpcast", testEvolution[TTx]},
 		{"APermanentFailureParksThatHandlersShareAloneAndItsRetryRunsItAlone", testPermanentFailureParksOneHandler[TTx]},
 		{"AnUnavailableHandlerDelaysTheEventWithoutSpendingItsAttempts", testUnavailableHandlerCountsNoAttempt[TTx]},
+		{"AHandlersParkedShareHoldsTheRestOfItsKeyForThatHandlerUntilItsRetryAppliesThemInOrder", testParkedShareHoldsItsKey[TTx]},
+		{"ARetriedShareThatFailsAgainBecomesItsKeysNewHeadAndTheRestWaitsBehindIt", testRetriedKeyStopsAtANewFailure[TTx]},
+		{"WithSkipParkedInKeyOrderAHandlerAppliesPastItsParkedShareAndCountsWhatOvertookIt", testSkipParkedInKeyOrder[TTx]},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
