@@ -307,12 +307,22 @@ func BenchmarkRelayDrainWorkers(b *testing.B) {
 					pool, _, opts := setup(b, outboxpg.Options{})
 					opts.OrderByKey = keys > 0
 					opts.TransactionLeases = mode == "transaction"
-					store, err := outboxpg.New(pool, opts)
+					pgStore, err := outboxpg.New(pool, opts)
 					if err != nil {
 						b.Fatal(err)
 					}
+					store := &countingStore{Store: pgStore}
+					before := readTableCounts(b, pool, opts.Schema)
+					var cpu drainCPU
 					drainWith(b, store, noopPublisher{}, outbox.Config{BatchSize: 1000, Workers: workers}, 1, backlog,
-						func() { fillKeys(b, pool, opts, backlog, cmp.Or(keys, 64)) })
+						func() {
+							cpu.pause()
+							fillKeys(b, pool, opts, backlog, cmp.Or(keys, 64))
+							cpu.resume(pool)
+						})
+					b.StopTimer()
+					cpu.pause()
+					reportDrainCounts(b, store, before, readTableCounts(b, pool, opts.Schema), &cpu)
 				})
 			}
 		}
