@@ -88,6 +88,13 @@ type Message struct {
 	Status Status
 	// PublishedAt is when the broker confirmed the message (kept rows only).
 	PublishedAt time.Time
+	// Overtaken counts, for a dead message of a key, the later messages
+	// of its key that were published while it was dead, which only a
+	// relay set to skip dead messages in key order does (the stores'
+	// SkipDeadInKeyOrder). Retried, it is published after them: `outbox
+	// dead retry` asks for --force. Admin.Get and Admin.ListDead fill it;
+	// claimed messages carry 0.
+	Overtaken int
 }
 
 // Store is the relay's access to an outbox table. Each database has its own

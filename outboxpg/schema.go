@@ -17,12 +17,27 @@ var _ outboxdriver.SchemaChecker = (*Store)(nil)
 // reads and writes. Later ones only tune (migration 4 sets autovacuum), so a
 // table without them works, and a relay on it starts. Claims in key order
 // where a dead message holds its key read the key dead index (migration 5):
-// without it each of their probes would read every dead message.
+// without it each of their probes would read every dead message. A store
+// that skips dead messages in key order counts the messages that overtake
+// them in the overtaken column (migration 6).
 func (s *Store) requiredMigration() int {
-	if s.opts.deadHoldsKey() {
+	switch {
+	case s.opts.skipsDead():
+		return 6
+	case s.opts.deadHoldsKey():
 		return 5
 	}
 	return 3
+}
+
+// requiredColumns are the columns the store uses: the overtaken column
+// only when it skips dead messages in key order (Get and ListDead read 0
+// on a table without it).
+func (s *Store) requiredColumns() string {
+	if s.opts.skipsDead() {
+		return schemaColumns + ", overtaken"
+	}
+	return schemaColumns
 }
 
 // schemaColumns are the columns the newest migration leaves in the table and
@@ -41,7 +56,7 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	notMigrated := func(what string) error {
 		return fmt.Errorf("%w: outboxpg: %s; run `outbox migrate up` (or outboxpg.Migrator.Up) with the same schema and table", outboxdriver.ErrNotMigrated, what)
 	}
-	_, err := s.pool.Exec(ctx, `SELECT `+schemaColumns+` FROM `+s.names.qTable+` LIMIT 0`)
+	_, err := s.pool.Exec(ctx, `SELECT `+s.requiredColumns()+` FROM `+s.names.qTable+` LIMIT 0`)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"): // undefined_table, invalid_schema_name

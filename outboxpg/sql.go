@@ -19,6 +19,7 @@ type statements struct {
 	settlePublished     string // $1 ids, $2 token
 	deleteAt            string // $1 ctids, $2 token, $3 the table's file node at the claim, $4 the ids settled at those addresses, $5 {ctid: id} as jsonb
 	settleKept          string // $1 ids, $2 token
+	countOvertaken      string // $1 keys, $2 seqs of messages an open claim published; "" unless skipping dead messages in key order
 	settleRetry         string // $1 ids, $2 delays in microseconds, $3 errors, $4 attempts to count (0 or 1), $5 token
 	settleRetryKeyOrder string // as settleRetry, then the move of postponeHeld for the retries that applied
 	postponeHeld        string // $1 ids of retried messages; key order only
@@ -30,8 +31,10 @@ type statements struct {
 	purge               string // $1 age in microseconds, $2 limit
 
 	stats       string
-	get         string // $1 id
-	listDead    string // $1 after, $2 limit
+	get         string // $1 id; returns messageColumns, overtaken
+	listDead    string // $1 after, $2 limit; returns messageColumns, overtaken
+	getOld      string // as get, on a table without overtaken (before migration 6)
+	listDeadOld string // as listDead, on a table without overtaken
 	retryDead   string // $1 ids
 	retryAll    string
 	discardDead string // $1 ids
@@ -77,6 +80,48 @@ SET attempts = t.attempts + r.counted,
 	locked_until = NULL
 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, err, counted)
 WHERE t.id = r.id AND t.lease_token = $5`
+
+// overtakenBy counts, on each dead message, the messages of the CTE
+// published (key, seq) that come after it in its key: a store that skips
+// dead messages in key order publishes them past it (migration 6). The key
+// dead index (migration 5) finds the dead messages of each published key
+// with one probe, and most keys have none. Concurrent counts on one dead
+// message add up: each UPDATE adds to the row version it locks.
+const overtakenBy = `
+UPDATE {t} AS d SET overtaken = d.overtaken + o.n
+FROM (SELECT x.id, count(*) AS n FROM published AS p
+		JOIN {t} AS x ON x.key = p.key AND x.key <> '' AND x.status = 'dead' AND x.seq < p.seq
+	GROUP BY x.id) AS o
+WHERE d.id = o.id AND d.status = 'dead'`
+
+// countingOvertaken turns st's statements that settle published messages
+// into ones that also count them on the dead messages of their keys they
+// passed (overtakenBy), in the same statement, and sets
+// st.countOvertaken, for a store that skips dead messages in key order.
+// Stores that hold their keys keep the plain statements and pay nothing.
+// Each published row is counted from what its delete (or update) returns,
+// so a row another claim took meanwhile is not counted.
+func countingOvertaken(st *statements, sql func(string) string) {
+	returning := func(stmt string) string {
+		return sql("WITH published AS (\n" + stmt + "\n\tRETURNING key, seq\n)" + overtakenBy)
+	}
+	st.settlePublished = returning(st.settlePublished)
+	st.settleKept = returning(st.settleKept)
+	// deleteAt's second delete becomes a CTE beside at_address, both
+	// returning what they deleted.
+	const head, main = "\tRETURNING id\n)\nDELETE ", "\tRETURNING id, key, seq\n), by_id AS (\nDELETE "
+	if strings.Count(st.deleteAt, head) != 1 {
+		panic("outboxpg: deleteAt no longer ends with at_address and the delete by id")
+	}
+	st.deleteAt = sql(strings.Replace(st.deleteAt, head, main, 1) + `
+	RETURNING key, seq
+), published AS (
+	SELECT key, seq FROM at_address UNION ALL SELECT key, seq FROM by_id
+)` + overtakenBy)
+	st.countOvertaken = sql(`WITH published AS (
+	SELECT * FROM unnest($1::text[], $2::bigint[]) AS p(key, seq)
+)` + overtakenBy)
+}
 
 // buildStatements builds the statements; deadHolds says whether a dead
 // message holds the rest of its key in key order, besideOpen whether open
@@ -240,7 +285,7 @@ SELECT CASE
 END`)
 	}
 
-	return statements{
+	st := statements{
 		insert:          sql(insert),
 		insertNotify:    withNotify(insert),
 		insertOne:       sql(insertOne),
@@ -365,8 +410,10 @@ SELECT
 	(SELECT count(*) FROM {t} WHERE status = 'published' AND published_at > now() - interval '1 minute'),
 	(SELECT count(*) FROM (SELECT key, min(seq) AS first_dead FROM {t} WHERE status = 'dead' AND key <> '' GROUP BY key) AS d
 		JOIN {t} AS p ON p.key = d.key AND p.key <> '' AND p.status = 'pending' AND p.seq > d.first_dead)`),
-		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = $1`),
-		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > $1 ORDER BY id LIMIT $2`),
+		get:         sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE id = $1`),
+		listDead:    sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE status = 'dead' AND id > $1 ORDER BY id LIMIT $2`),
+		getOld:      sql(`SELECT ` + messageColumns + `, 0 FROM {t} WHERE id = $1`),
+		listDeadOld: sql(`SELECT ` + messageColumns + `, 0 FROM {t} WHERE status = 'dead' AND id > $1 ORDER BY id LIMIT $2`),
 		retryDead: sql(`
 UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL, locked_until = NULL
 WHERE status = 'dead' AND id = ANY($1::uuid[])`),
@@ -375,4 +422,8 @@ UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), lease_tok
 WHERE status = 'dead'`),
 		discardDead: sql(`DELETE FROM {t} WHERE status = 'dead' AND id = ANY($1::uuid[])`),
 	}
+	if orderByKey && !deadHolds {
+		countingOvertaken(&st, sql)
+	}
+	return st
 }

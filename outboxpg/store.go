@@ -106,6 +106,9 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		return nil, fmt.Errorf("outboxpg: exchange on %s: claim lease %v must be positive", s.Name(), claim.Lease)
 	}
 	if s.opts.TransactionLeases {
+		if err := s.countOvertakenOpen(ctx, settle); err != nil {
+			return nil, exchangeError(s.Name(), settle, claim, err)
+		}
 		return s.exchangeOpen(ctx, settle, claim)
 	}
 	return s.exchangeLeased(ctx, settle, claim, "")
@@ -486,8 +489,7 @@ func (s *Store) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 // Get returns the message with the given id, in any state, or an error
 // wrapping outbox.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
-	rows, _ := s.pool.Query(ctx, s.stmts.get, pgUUID(id))
-	msgs, _, err := collectMessages(rows)
+	msgs, err := s.queryListed(ctx, s.stmts.get, s.stmts.getOld, pgUUID(id))
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("outboxpg: get message %s from %s: %w", id, s.Name(), err)
 	}
@@ -503,8 +505,7 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 	if limit <= 0 {
 		return nil, fmt.Errorf("outboxpg: list dead messages in %s: limit %d must be positive", s.Name(), limit)
 	}
-	rows, _ := s.pool.Query(ctx, s.stmts.listDead, pgUUID(after), limit)
-	msgs, _, err := collectMessages(rows)
+	msgs, err := s.queryListed(ctx, s.stmts.listDead, s.stmts.listDeadOld, pgUUID(after), limit)
 	if err != nil {
 		return nil, fmt.Errorf("outboxpg: list dead messages in %s after %s: %w", s.Name(), after, err)
 	}

@@ -14,7 +14,7 @@ var _ outboxdriver.SchemaChecker = (*Store)(nil)
 
 // schemaColumns are the columns the newest migration leaves in the table and
 // the store uses: a table that lacks one is at an older migration.
-const schemaColumns = messageColumns + `, lease_token, locked_until`
+const schemaColumns = messageColumns + `, lease_token, locked_until, overtaken`
 
 // CheckSchema reports whether the table is ready for this release: it exists
 // with every column the store uses, and its migrations table, if a Migrator

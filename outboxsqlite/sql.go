@@ -17,6 +17,7 @@ type statements struct {
 	anyDue          string // ?1 now
 	settlePublished string // ?1 token, ?2 ids
 	settleKept      string // ?1 now, ?2 token, ?3 ids
+	countOvertaken  string // ?1 token, ?2 ids about to be published; "" unless skipping dead messages in key order
 	settleRetry     string // ?1 now, ?2 token, ?3 [[id, delay µs, error, attempts to count], ...]; returns the ids it retried
 	postponeHeld    string // ?1 [[id], ...] of the retries settleRetry applied; key order only
 	settleDead      string // ?1 token, ?2 [[id, error], ...]
@@ -28,8 +29,8 @@ type statements struct {
 	purge           string // ?1 cut-off in microseconds, ?2 limit
 
 	stats       string // ?1 now
-	get         string // ?1 id
-	listDead    string // ?1 after, ?2 limit
+	get         string // ?1 id; returns messageColumns, overtaken
+	listDead    string // ?1 after, ?2 limit; returns messageColumns, overtaken
 	retryDead   string // ?1 now, ?2 ids
 	retryAll    string // ?1 now
 	discardDead string // ?1 ids
@@ -127,6 +128,22 @@ LIMIT ?4`
 	// them from any store of the table.
 	behindDead := `(SELECT count(*) FROM (SELECT key, min(rowid) AS first_dead FROM {t} WHERE status = 'dead' AND key <> '' GROUP BY key) AS d
 		JOIN {t} AS p ON p.key = d.key AND p.key <> '' AND p.status = 'pending' AND p.rowid > d.first_dead)`
+	// A store that skips dead messages in key order publishes later
+	// messages of a key past its dead one: before the settlement deletes
+	// (or keeps) them, each dead message of their keys counts those that
+	// come after it (migration 5). It reads the rows the settlement is
+	// about to change, by the same test, and the key dead index (migration
+	// 4) finds each key's dead messages with one probe.
+	countOvertaken := ""
+	if s.orderByKey && !s.deadHoldsKey {
+		countOvertaken = sql(`
+UPDATE {t} AS d SET overtaken = d.overtaken + o.n
+FROM (SELECT x.rowid AS rid, count(*) AS n
+	FROM {t} AS p JOIN {t} AS x ON x.key = p.key AND x.key <> '' AND x.status = 'dead' AND x.rowid < p.rowid
+	WHERE p.lease_token = ?1 AND p.id IN (SELECT value FROM json_each(?2))
+	GROUP BY x.rowid) AS o
+WHERE d.rowid = o.rid AND d.status = 'dead'`)
+	}
 	return statements{
 		insertPrefix: sql(`INSERT INTO {t} (id, topic, key, payload, headers, created_at, available_at) VALUES `),
 		insertRow:    `(?, ?, ?, ?, ?, ?, ?)`,
@@ -139,6 +156,7 @@ LIMIT ?4`
 		settleKept: sql(`
 UPDATE {t} SET status = 'published', published_at = ?1, lease_token = NULL, locked_until = NULL
 WHERE lease_token = ?2 AND id IN (SELECT value FROM json_each(?3))`),
+		countOvertaken: countOvertaken,
 		settleRetry: sql(`
 UPDATE {t} AS t
 SET attempts = t.attempts + r.counted, available_at = ?1 + r.delay_us, last_error = r.err, lease_token = NULL, locked_until = NULL
@@ -203,8 +221,8 @@ SELECT
 	(SELECT min(created_at) FROM {t} WHERE status = 'pending'),
 	(SELECT count(*) FROM {t} WHERE status = 'published' AND published_at > ?1 - 60000000),
 	` + behindDead),
-		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = ?1`),
-		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > ?1 ORDER BY id LIMIT ?2`),
+		get:      sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE id = ?1`),
+		listDead: sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE status = 'dead' AND id > ?1 ORDER BY id LIMIT ?2`),
 		retryDead: sql(`
 UPDATE {t} SET status = 'pending', attempts = 0, available_at = ?1, lease_token = NULL, locked_until = NULL
 WHERE status = 'dead' AND id IN (SELECT value FROM json_each(?2))`),

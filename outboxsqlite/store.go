@@ -206,6 +206,11 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 func (s *Store) settle(ctx context.Context, c *sql.Conn, now int64, st outboxdriver.Settlement) error {
 	token := st.Token.String()
 	if len(st.Published) > 0 {
+		if s.stmts.countOvertaken != "" {
+			if _, err := c.ExecContext(ctx, s.stmts.countOvertaken, token, idsJSON(st.Published)); err != nil {
+				return err
+			}
+		}
 		var err error
 		if st.KeepPublished {
 			_, err = c.ExecContext(ctx, s.stmts.settleKept, now, token, idsJSON(st.Published))
@@ -356,7 +361,7 @@ func (s *Store) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
 	rows, err := s.db.QueryContext(ctx, s.stmts.get, id.String())
 	var msgs []outbox.Message
 	if err == nil {
-		msgs, _, err = collectMessages(rows)
+		msgs, err = collectListed(rows)
 	}
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("outboxsqlite: get message %s from %s: %w", id, s.Name(), explain(err, s.path))
@@ -376,7 +381,7 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 	rows, err := s.db.QueryContext(ctx, s.stmts.listDead, after.String(), limit)
 	var msgs []outbox.Message
 	if err == nil {
-		msgs, _, err = collectMessages(rows)
+		msgs, err = collectListed(rows)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("outboxsqlite: list dead messages in %s after %s: %w", s.Name(), after, explain(err, s.path))
@@ -584,6 +589,20 @@ func collect(rows *sql.Rows, add func(m outbox.Message, rid int64, due bool)) ([
 func collectMessages(rows *sql.Rows) (msgs []outbox.Message, undecodable []outboxdriver.Failure, err error) {
 	defer rows.Close()
 	return sqlrow.Collect(rows, 0, func(rows *sql.Rows) (outbox.Message, error, error) { return scanMessage(rows) })
+}
+
+// collectListed reads rows of messageColumns and overtaken (Get,
+// ListDead), and closes rows. A row whose headers do not decode comes
+// without them.
+func collectListed(rows *sql.Rows) ([]outbox.Message, error) {
+	defer rows.Close()
+	msgs, _, err := sqlrow.Collect(rows, 0, func(rows *sql.Rows) (outbox.Message, error, error) {
+		var overtaken int
+		m, headerErr, err := scanMessage(rows, &overtaken)
+		m.Overtaken = overtaken
+		return m, headerErr, err
+	})
+	return msgs, err
 }
 
 // scanMessage reads one row of messageColumns. headerErr says why its headers

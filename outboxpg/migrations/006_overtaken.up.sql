@@ -1,0 +1,10 @@
+-- A relay that skips dead messages in key order (Options.SkipDeadInKeyOrder)
+-- publishes later messages of a key past its dead one. Published rows are
+-- deleted, so how many went past is counted when they are settled, on the
+-- dead messages themselves: `outbox dead retry` asks for --force before
+-- publishing one after the messages that overtook it. Relays that hold
+-- their keys, and older releases, never write it.
+--
+-- A constant default: PostgreSQL records it in the catalog and rewrites
+-- no row, so this takes the table's lock only for a moment.
+ALTER TABLE {{table}} ADD COLUMN overtaken integer NOT NULL DEFAULT 0;

@@ -1,0 +1,136 @@
+package storetest
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+// The cases of this file join keyOrderCases here rather than in its list,
+// so that they live beside their helpers.
+func init() {
+	keyOrderCases = append(keyOrderCases,
+		testCase{"in key order skipping dead messages, each dead message counts the later messages of its key published past it, by every way a settlement publishes", testKeyOrderSkippingDeadCountsOvertaken},
+		testCase{"in key order a dead message that holds its key is overtaken by none", testKeyOrderHoldingDeadIsNotOvertaken},
+	)
+}
+
+// skipClaim claims up to limit messages through the store that skips dead
+// messages in key order and fails unless exactly want come back.
+func (s *suite) skipClaim(t *testing.T, limit int, want ...*outbox.Message) uuid.UUID {
+	t.Helper()
+	token := uuid.New()
+	got, err := s.h.KeyOrderedSkippingDead.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: limit, Lease: longLease, Token: token})
+	if err != nil || !sameRuns(got, want) {
+		t.Fatalf("claim in key order skipping dead messages: %v, %v; want %v", ids(got), err, ids(want))
+	}
+	return token
+}
+
+// skipSettle records settle through the store that skips dead messages.
+func (s *suite) skipSettle(t *testing.T, settle outboxdriver.Settlement) {
+	t.Helper()
+	if _, err := s.h.KeyOrderedSkippingDead.SettleAndClaim(t.Context(), settle, outboxdriver.Claim{}); err != nil {
+		t.Fatalf("settle in key order skipping dead messages: %v", err)
+	}
+}
+
+// wantOvertaken fails unless Admin.ListDead lists exactly the dead
+// messages of want, and it and Admin.Get show each overtaken as many
+// times as want says.
+func (s *suite) wantOvertaken(t *testing.T, want map[uuid.UUID]int) {
+	t.Helper()
+	dead, err := s.h.Admin.ListDead(t.Context(), uuid.Nil, 100)
+	if err != nil {
+		t.Fatalf("list dead: %v", err)
+	}
+	if len(dead) != len(want) {
+		t.Fatalf("list dead returned %v; want the %d dead messages %v", ids(dead), len(want), want)
+	}
+	for _, m := range dead {
+		n, ok := want[m.ID]
+		if !ok {
+			t.Fatalf("list dead returned message %s; want only %v", m.ID, want)
+		}
+		if m.Overtaken != n {
+			t.Fatalf("dead message %s of key %q as listed: overtaken by %d; want %d", m.ID, m.Key, m.Overtaken, n)
+		}
+		if got := s.get(t, m.ID); got.Overtaken != n {
+			t.Fatalf("dead message %s of key %q as Get returns it: overtaken by %d; want %d", m.ID, m.Key, got.Overtaken, n)
+		}
+	}
+}
+
+// testKeyOrderSkippingDeadCountsOvertaken: with the key going on past its
+// dead messages, each dead message counts the later messages of its key
+// published since it died, so that a retry can say it would come after
+// them. A dead message counts only those after it in its key, and none of
+// another key. The key's messages are published each by another way of
+// settling: by the address the claim left, kept for retention, and by id
+// (a claim of another store, whose addresses the settling store does not
+// know; with TransactionLeases, an open claim's commit).
+func testKeyOrderSkippingDeadCountsOvertaken(t *testing.T, s *suite) {
+	if s.h.KeyOrderedSkippingDead == nil {
+		t.Skip("the harness sets no KeyOrderedSkippingDead store: the store has no option to skip dead messages in key order")
+	}
+	m := keyed("k", "k", "k", "k", "k", "x", "x")
+	k1, k2, k3, k4, k5, x1, x2 := m[0], m[1], m[2], m[3], m[4], m[5], m[6]
+	s.write(t, m...)
+
+	// k1 and x1 die; the rest of their runs goes back untried.
+	token := s.skipClaim(t, 100, k1, k2, k3, k4, k5, x1, x2)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token,
+		Dead:    []outboxdriver.Failure{{ID: k1.ID, Error: "rejected"}, {ID: x1.ID, Error: "rejected"}},
+		Release: []uuid.UUID{k2.ID, k3.ID, k4.ID, k5.ID, x2.ID}})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 0, x1.ID: 0})
+
+	// k2 is published, deleted where the claim found it.
+	token = s.skipClaim(t, 1, k2)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{k2.ID}})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 1, x1.ID: 0})
+
+	// k3 dies too: behind k1, overtaking nothing.
+	token = s.skipClaim(t, 1, k3)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: k3.ID, Error: "rejected"}}})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 1, k3.ID: 0, x1.ID: 0})
+
+	// k4 is published and kept for retention.
+	token = s.skipClaim(t, 1, k4)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{k4.ID}, KeepPublished: true})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 2, k3.ID: 1, x1.ID: 0})
+
+	// k5 and x2, claimed by a store that does not order by key, are
+	// published by the settlement of the skipping store, by id.
+	token, got := s.claim(t, 10, longLease)
+	if !sameRuns(got, []*outbox.Message{k5, x2}) {
+		t.Fatalf("claim of the pending messages k5 and x2: %v; want %v", ids(got), []uuid.UUID{k5.ID, x2.ID})
+	}
+	s.skipSettle(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{k5.ID, x2.ID}})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 3, k3.ID: 2, x1.ID: 1})
+
+	// A settlement under a token that holds nothing publishes nothing,
+	// and counts nothing.
+	s.skipSettle(t, outboxdriver.Settlement{Token: uuid.New(), Published: []uuid.UUID{k1.ID, k5.ID}})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 3, k3.ID: 2, x1.ID: 1})
+}
+
+// testKeyOrderHoldingDeadIsNotOvertaken: by default a dead message holds
+// the rest of its key, so nothing of its key goes out before it and its
+// count stays 0.
+func testKeyOrderHoldingDeadIsNotOvertaken(t *testing.T, s *suite) {
+	m := keyed("k", "k", "k")
+	k1, k2, k3 := m[0], m[1], m[2]
+	s.write(t, m...)
+	token := s.orderedClaim(t, k1, k2, k3)
+	s.settleOrdered(t, outboxdriver.Settlement{Token: token,
+		Dead: []outboxdriver.Failure{{ID: k1.ID, Error: "rejected"}}, Release: []uuid.UUID{k2.ID, k3.ID}})
+	// k2 and k3 wait behind k1.
+	s.orderedClaim(t)
+	if st := s.stats(t); st.BehindDead != 2 {
+		t.Fatalf("stats with k2, k3 behind dead k1: %d behind dead; want 2", st.BehindDead)
+	}
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 0})
+}
