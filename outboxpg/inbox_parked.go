@@ -30,17 +30,15 @@ type parkedStatements struct {
 	create   string
 	park     string // $1 consumer, $2 id, $3 topic, $4 key, $5 headers, $6 payload, $7 created_at, $8 error, $9 attempts
 	take     string // $1 consumer, $2 limit
-	unpark   string // $1 consumer, $2 id
-	passOn   string // $1 consumer, $2 key, $3 seq of the unparked row
 	list     string // $1 consumer or '', $2 after, $3 limit
 	get      string // $1 consumer or '', $2 id
 	retry    string // $1 consumer, $2 ids (empty: all)
-	discard  string // $1 consumer, $2 ids
+	remove   string // $1 consumer, $2 ids: an unpark or a discard
 	counts   string
 
 	behind    string // $1 consumer, $2 id, $3 topic, $4 key, $5 headers, $6 payload, $7 created_at
 	next      string // $1 consumer, $2 key
-	release   string // $1 consumer, $2 keys
+	release   string // $1 consumer, $2 keys, $3 seqs: the deleted rows'
 	overtaken string // $1 consumer, $2 key
 	waiting   string
 }
@@ -105,22 +103,11 @@ ON CONFLICT (consumer, message_id) DO UPDATE SET error = EXCLUDED.error, attempt
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = $1 AND retry_requested AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
 	ORDER BY parked_at LIMIT $2 FOR UPDATE SKIP LOCKED) AND retry_requested
 RETURNING ` + parkedReturning,
-		unpark: `DELETE FROM ` + q + ` WHERE consumer = $1 AND message_id = $2 RETURNING key, seq`,
-		// An unparked first message of a key passes its key on as a
-		// discarded one does, in the unpark's transaction: a process
-		// that stops before it takes the next waiting message
-		// (TakeNextWaiting) leaves it requested, not stalled. seq > $3
-		// leaves the key alone when the unparked row was not its first:
-		// the first may be in a handler already. A statement of its
-		// own, after the delete: its snapshot sees a row that a
-		// concurrent ParkBehind added behind the deleted one (the
-		// delete waited for it).
-		passOn:  `UPDATE ` + q + ` AS p SET retry_requested = true WHERE consumer = $1 AND key = $2 AND waiting AND seq > $3 AND ` + parkedKeyFirst(q),
-		list:    `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id > $2 ORDER BY message_id, consumer LIMIT $3`,
-		get:     `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id = $2 ORDER BY consumer LIMIT 2`,
-		retry:   `UPDATE ` + q + ` AS p SET retry_requested = true WHERE consumer = $1 AND (cardinality($2::uuid[]) = 0 OR message_id = ANY ($2)) AND (NOT waiting OR ` + parkedKeyFirst(q) + `)`,
-		discard: `DELETE FROM ` + q + ` WHERE consumer = $1 AND message_id = ANY ($2) RETURNING key`,
-		counts:  `SELECT consumer, count(*) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
+		list:   `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id > $2 ORDER BY message_id, consumer LIMIT $3`,
+		get:    `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id = $2 ORDER BY consumer LIMIT 2`,
+		retry:  `UPDATE ` + q + ` AS p SET retry_requested = true WHERE consumer = $1 AND (cardinality($2::uuid[]) = 0 OR message_id = ANY ($2)) AND (NOT waiting OR ` + parkedKeyFirst(q) + `)`,
+		remove: `DELETE FROM ` + q + ` WHERE consumer = $1 AND message_id = ANY ($2) RETURNING key, seq`,
+		counts: `SELECT consumer, count(*) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
 		// FOR SHARE: an unpark of the head that is under way (a retry
 		// that succeeded) is waited for, then the next row is the head;
 		// an unpark that comes after waits for m's row to commit, so the
@@ -139,10 +126,17 @@ SELECT message_id FROM head`,
 		next: `UPDATE ` + q + ` AS p SET retry_requested = false WHERE (consumer, message_id) = (
 	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = $1 AND key = $2 ORDER BY seq LIMIT 1 FOR UPDATE) AND waiting AND retry_requested
 RETURNING ` + parkedReturning,
-		// A discarded head passes its key on: the key's next message, if
-		// it waits, is requested for a retry, which a consumer process
-		// takes and goes on from.
-		release:   `UPDATE ` + q + ` AS p SET retry_requested = true WHERE consumer = $1 AND key = ANY ($2::text[]) AND waiting AND ` + parkedKeyFirst(q),
+		// A deleted head (unparked or discarded) passes its key on: the
+		// key's next message, if it waits, is requested for a retry, in
+		// the delete's transaction, so that a process that stops before
+		// it takes that message (TakeNextWaiting) leaves it requested,
+		// not stalled. p.seq > d.seq leaves a key alone whose first row
+		// was not deleted: that one may be in a handler already. A
+		// statement of its own, after the delete: its snapshot sees a
+		// row that a concurrent ParkBehind added behind the deleted one
+		// (the delete waited for it).
+		release: `UPDATE ` + q + ` AS p SET retry_requested = true FROM unnest($2::text[], $3::bigint[]) AS d(key, seq)
+WHERE p.consumer = $1 AND p.key = d.key AND p.seq > d.seq AND p.waiting AND ` + parkedKeyFirst(q),
 		overtaken: `UPDATE ` + q + ` SET overtaken = overtaken + 1 WHERE consumer = $1 AND key = $2`,
 		waiting:   `SELECT consumer, count(*) FROM ` + q + ` WHERE waiting GROUP BY consumer ORDER BY consumer`,
 	}, nil
@@ -246,25 +240,7 @@ func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int
 // was its key's first, the key's next message, if it waits, is requested
 // for a retry in the same transaction (outbox.KeyParkStore).
 func (t *InboxTable) Unpark(ctx context.Context, consumer string, id uuid.UUID) error {
-	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-		var (
-			key string
-			seq int64
-		)
-		err := tx.QueryRow(ctx, t.parked.unpark, consumer, pgUUID(id)).Scan(&key, &seq)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if key == "" {
-			return nil // never held: nothing waits behind it
-		}
-		_, err = tx.Exec(ctx, t.parked.passOn, consumer, key, seq)
-		return err
-	})
-	if err != nil {
+	if _, err := t.deleteParked(ctx, consumer, []uuid.UUID{id}); err != nil {
 		return fmt.Errorf("outboxpg: unpark message %s of consumer %q in %s: %w", id, consumer, t.parked.name, err)
 	}
 	return nil
@@ -338,24 +314,41 @@ func (t *InboxTable) DiscardParked(ctx context.Context, consumer string, ids ...
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	var n int
-	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, t.parked.discard, consumer, pgUUIDs(ids))
-		if err != nil {
-			return err
-		}
-		keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		n = len(keys)
-		_, err = tx.Exec(ctx, t.parked.release, consumer, keys)
-		return err
-	})
+	n, err := t.deleteParked(ctx, consumer, ids)
 	if err != nil {
 		return 0, fmt.Errorf("outboxpg: discard parked messages of consumer %q in %s: %w", consumer, t.parked.name, err)
 	}
 	return n, nil
+}
+
+// deleteParked deletes consumer's parked messages ids, and passes on the
+// keys whose first message it deleted (release), in one transaction. It
+// returns how many it deleted.
+func (t *InboxTable) deleteParked(ctx context.Context, consumer string, ids []uuid.UUID) (int, error) {
+	var n int
+	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, t.parked.remove, consumer, pgUUIDs(ids))
+		if err != nil {
+			return err
+		}
+		var (
+			keys []string
+			seqs []int64
+			key  string
+			seq  int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&key, &seq}, func() error {
+			keys, seqs = append(keys, key), append(seqs, seq)
+			return nil
+		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		n = len(keys)
+		_, err = tx.Exec(ctx, t.parked.release, consumer, keys, seqs)
+		return err
+	})
+	return n, err
 }
 
 // ParkedCounts counts each consumer's parked messages.

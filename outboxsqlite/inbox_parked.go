@@ -21,23 +21,21 @@ var _ outbox.KeyParkStore = (*InboxTable)(nil)
 // an inbox table: <table>_parked, one row per consumer and parked message.
 // Times are microseconds since the Unix epoch, as in the inbox table.
 type parkedStatements struct {
-	name    string // main.table_parked
-	create  string
-	park    string // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 attempts, ?10 now
-	take    string // ?1 consumer, ?2 limit
-	unpark  string // ?1 consumer, ?2 id
-	passOn  string // ?1 consumer, ?2 key, ?3 seq of the unparked row
-	list    string // ?1 consumer or '', ?2 after, ?3 limit
-	get     string // ?1 consumer or '', ?2 id
-	retry   string // ?1 consumer, ?2 JSON array of ids (empty: all)
-	discard string // ?1 consumer, ?2 JSON array of ids
-	counts  string
+	name   string // main.table_parked
+	create string
+	park   string // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 attempts, ?10 now
+	take   string // ?1 consumer, ?2 limit
+	list   string // ?1 consumer or '', ?2 after, ?3 limit
+	get    string // ?1 consumer or '', ?2 id
+	retry  string // ?1 consumer, ?2 JSON array of ids (empty: all)
+	remove string // ?1 consumer, ?2 JSON array of ids: an unpark or a discard
+	counts string
 
 	addCols   map[string]string // column -> the ALTER TABLE that adds it to a table of an older release
 	head      string            // ?1 consumer, ?2 key
 	behind    string            // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 now
 	next      string            // ?1 consumer, ?2 key
-	release   string            // ?1 consumer, ?2 JSON array of keys
+	release   string            // ?1 consumer, ?2 JSON array of the deleted rows' [key, seq]
 	overtaken string            // ?1 consumer, ?2 key
 	waiting   string
 }
@@ -110,23 +108,14 @@ ON CONFLICT (consumer, message_id) DO UPDATE SET error = excluded.error, attempt
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND retry_requested AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
 	ORDER BY parked_at LIMIT ?2) AND retry_requested
 RETURNING ` + parkedReturning,
-		unpark: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id = ?2 RETURNING key, seq`,
-		// An unparked first message of a key passes its key on as a
-		// discarded one does, in the unpark's transaction: a process
-		// that stops before it takes the next waiting message
-		// (TakeNextWaiting) leaves it requested, not stalled. seq > ?3
-		// leaves the key alone when the unparked row was not its first:
-		// the first may be in a handler already.
-		passOn: `UPDATE ` + q + ` SET retry_requested = 1 WHERE (consumer, message_id) IN (
-	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND key = ?2 AND waiting AND seq > ?3 AND ` + parkedKeyFirst(q) + `)`,
 		list: `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id > ?2 ORDER BY message_id, consumer LIMIT ?3`,
 		get:  `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id = ?2 ORDER BY consumer LIMIT 2`,
 		retry: `UPDATE ` + q + ` SET retry_requested = 1 WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND (?2 = '[]' OR message_id IN (SELECT value FROM json_each(?2)))
 	AND (NOT waiting OR ` + parkedKeyFirst(q) + `))`,
-		discard: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id IN (SELECT value FROM json_each(?2)) RETURNING key`,
-		counts:  `SELECT consumer, count(*) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
-		head:    `SELECT message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1`,
+		remove: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id IN (SELECT value FROM json_each(?2)) RETURNING key, seq`,
+		counts: `SELECT consumer, count(*) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
+		head:   `SELECT message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1`,
 		behind: `INSERT INTO ` + q + ` (consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, waiting, seq)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, 1, (SELECT coalesce(max(seq), 0) + 1 FROM ` + q + `))
 ON CONFLICT (consumer, message_id) DO NOTHING`,
@@ -136,11 +125,16 @@ ON CONFLICT (consumer, message_id) DO NOTHING`,
 		next: `UPDATE ` + q + ` SET retry_requested = 0 WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1) AND waiting AND retry_requested
 RETURNING ` + parkedReturning,
-		// A discarded head passes its key on: the key's next message, if
-		// it waits, is requested for a retry, which a consumer process
-		// takes and goes on from.
+		// A deleted head (unparked or discarded) passes its key on: the
+		// key's next message, if it waits, is requested for a retry, in
+		// the delete's transaction, so that a process that stops before
+		// it takes that message (TakeNextWaiting) leaves it requested,
+		// not stalled. p.seq > the deleted seq leaves a key alone whose
+		// first row was not deleted: that one may be in a handler
+		// already.
 		release: `UPDATE ` + q + ` SET retry_requested = 1 WHERE (consumer, message_id) IN (
-	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND key IN (SELECT value FROM json_each(?2)) AND waiting AND ` + parkedKeyFirst(q) + `)`,
+	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND waiting AND ` + parkedKeyFirst(q) + `
+	AND EXISTS (SELECT 1 FROM json_each(?2) AS d WHERE json_extract(d.value, '$[0]') = p.key AND json_extract(d.value, '$[1]') < p.seq))`,
 		overtaken: `UPDATE ` + q + ` SET overtaken = overtaken + 1 WHERE consumer = ?1 AND key = ?2`,
 		waiting:   `SELECT consumer, count(*) FROM ` + q + ` WHERE waiting GROUP BY consumer ORDER BY consumer`,
 	}, nil
@@ -261,25 +255,7 @@ func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int
 // was its key's first, the key's next message, if it waits, is requested
 // for a retry in the same transaction (outbox.KeyParkStore).
 func (t *InboxTable) Unpark(ctx context.Context, consumer string, id uuid.UUID) error {
-	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		var (
-			key string
-			seq int64
-		)
-		err := tx.QueryRowContext(ctx, t.parked.unpark, consumer, id.String()).Scan(&key, &seq)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if key == "" {
-			return nil // never held: nothing waits behind it
-		}
-		_, err = tx.ExecContext(ctx, t.parked.passOn, consumer, key, seq)
-		return err
-	})
-	if err != nil {
+	if _, err := t.deleteParked(ctx, consumer, []uuid.UUID{id}); err != nil {
 		return fmt.Errorf("outboxsqlite: unpark message %s of consumer %q in %s: %w", id, consumer, t.parked.name, err)
 	}
 	return nil
@@ -362,36 +338,47 @@ func (t *InboxTable) DiscardParked(ctx context.Context, consumer string, ids ...
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	var keys []string
+	n, err := t.deleteParked(ctx, consumer, ids)
+	if err != nil {
+		return 0, fmt.Errorf("outboxsqlite: discard parked messages of consumer %q in %s: %w", consumer, t.parked.name, err)
+	}
+	return n, nil
+}
+
+// deleteParked deletes consumer's parked messages ids, and passes on the
+// keys whose first message it deleted (release), in one transaction. It
+// returns how many it deleted.
+func (t *InboxTable) deleteParked(ctx context.Context, consumer string, ids []uuid.UUID) (int, error) {
+	var deleted [][2]any // key, seq
 	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		keys = keys[:0]
-		rows, err := tx.QueryContext(ctx, t.parked.discard, consumer, idsJSON(ids))
+		deleted = deleted[:0]
+		rows, err := tx.QueryContext(ctx, t.parked.remove, consumer, idsJSON(ids))
 		if err != nil {
 			return err
 		}
 		for rows.Next() {
-			var key string
-			if err := rows.Scan(&key); err != nil {
+			var (
+				key string
+				seq int64
+			)
+			if err := rows.Scan(&key, &seq); err != nil {
 				rows.Close()
 				return err
 			}
-			keys = append(keys, key)
+			deleted = append(deleted, [2]any{key, seq})
 		}
 		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := rows.Err(); err != nil || len(deleted) == 0 {
 			return err
 		}
-		b, err := json.Marshal(keys)
+		b, err := json.Marshal(deleted)
 		if err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, t.parked.release, consumer, string(b))
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("outboxsqlite: discard parked messages of consumer %q in %s: %w", consumer, t.parked.name, err)
-	}
-	return len(keys), nil
+	return len(deleted), err
 }
 
 // ParkedCounts counts each consumer's parked messages.

@@ -47,6 +47,7 @@ func parkedCases() []struct {
 		{"unparking a key's first message requests the retry of the next, so a consumer that stops before taking it does not stall the key", testParkedUnparkPassesTheKeyOn},
 		{"the next waiting message is handed out once, by TakeNextWaiting or as the retry its unpark requested", testParkedNextWaitingTakenOnce},
 		{"unparking a later message of a key does not request its first again", testParkedUnparkOfALaterMessageKeepsTheFirst},
+		{"discarding a message waiting behind its key's first does not request that first again", testParkedDiscardOfALaterMessageKeepsTheFirst},
 	}
 }
 

@@ -107,3 +107,25 @@ func testParkedUnparkOfALaterMessageKeepsTheFirst(t *testing.T, p ParkedTable) {
 		t.Fatalf("retries taken after %s, behind the key's first %s, was unparked: %v; want none (%s is being applied)", later.ID, m2.ID, got, m2.ID)
 	}
 }
+
+// Discarding a message that waits behind its key's first (an operator's
+// choice) does not pass the key on: the first may be in a handler already.
+func testParkedDiscardOfALaterMessageKeepsTheFirst(t *testing.T, p ParkedTable) {
+	m1, m2, m3 := parkedMessage("order-1"), parkedMessage("order-1"), parkedMessage("order-1")
+	park(t, p, "billing", m1, 5, "no such customer")
+	parkBehind(t, p, "billing", m2)
+	parkBehind(t, p, "billing", m3)
+	requestRetry(t, p, "billing", 1, m1.ID)
+	takeRetries(t, p, "billing", 10)
+	unpark(t, p, "billing", m1.ID)
+	if id, ok := takeNextWaiting(t, p, "billing", "order-1"); !ok || id != m2.ID {
+		t.Fatalf("next waiting message of order-1 once %s is unparked: %s, %v; want %s", m1.ID, id, ok, m2.ID)
+	}
+	// m2 is in its handler; the operator discards m3.
+	if n, err := p.DiscardParked(t.Context(), "billing", m3.ID); err != nil || n != 1 {
+		t.Fatalf("discard %s, waiting behind %s: %d, %v; want 1", m3.ID, m2.ID, n, err)
+	}
+	if got := takeRetries(t, p, "billing", 10); len(got) != 0 {
+		t.Fatalf("retries taken after %s, behind the key's first %s, was discarded: %v; want none (%s is being applied)", m3.ID, m2.ID, got, m2.ID)
+	}
+}
