@@ -72,7 +72,10 @@ type ParkStore interface {
 	// of its key.
 	TakeRetries(ctx context.Context, consumer string, limit int) ([]Message, error)
 	// Unpark forgets consumer's parked message id, once handled. It is not
-	// an error if there is none.
+	// an error if there is none. If the message was its key's first, the
+	// key's next waiting message (KeyParkStore) has its retry requested in
+	// the same transaction, so a consumer that stops before taking it does
+	// not stall the key.
 	Unpark(ctx context.Context, consumer string, id uuid.UUID) error
 }
 
@@ -101,9 +104,10 @@ type KeyParkStore interface {
 	// first (m is not held) or sees m (and applies it).
 	ParkBehind(ctx context.Context, consumer string, m Message) (head uuid.UUID, err error)
 	// TakeNextWaiting returns consumer's first parked message of key if
-	// it waits (the message before it was unparked or discarded) and
-	// clears its retry request; ok is false when the key has no parked
-	// message or its first is not waiting. The caller applies it and
+	// it waits and its retry is requested (the unpark or discard of the
+	// message before it requested it), and clears that request; ok is
+	// false otherwise. TakeRetries and TakeNextWaiting take a request only
+	// by clearing it, so one of them hands the message out. The caller applies it and
 	// unparks it, or parks it again (it then no longer waits: it is the
 	// key's new head).
 	TakeNextWaiting(ctx context.Context, consumer, key string) (m Message, ok bool, err error)

@@ -71,9 +71,19 @@ func (p *memParked) Unpark(_ context.Context, consumer string, id uuid.UUID) err
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if i := p.find(consumer, id); i >= 0 {
-		p.rows = slices.Delete(p.rows, i, i+1)
+		p.remove(consumer, i)
 	}
 	return nil
+}
+
+// remove deletes row i and, if it was its key's first, requests the retry
+// of the key's next waiting row, as the stores do in the same transaction.
+func (p *memParked) remove(consumer string, i int) {
+	key, wasFirst := p.rows[i].m.Key, p.first(consumer, p.rows[i].m.Key) == p.rows[i]
+	p.rows = slices.Delete(p.rows, i, i+1)
+	if next := p.first(consumer, key); wasFirst && next != nil && next.waiting {
+		next.retry = true
+	}
 }
 
 func (p *memParked) ParkBehind(_ context.Context, consumer string, m outbox.Message) (uuid.UUID, error) {
@@ -93,7 +103,7 @@ func (p *memParked) TakeNextWaiting(_ context.Context, consumer, key string) (ou
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	head := p.first(consumer, key)
-	if head == nil || !head.waiting {
+	if head == nil || !head.waiting || !head.retry {
 		return outbox.Message{}, false, nil
 	}
 	head.retry = false
@@ -121,12 +131,7 @@ func (p *memParked) requestRetry(consumer string, id uuid.UUID) {
 func (p *memParked) discard(consumer string, id uuid.UUID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	i := p.find(consumer, id)
-	key := p.rows[i].m.Key
-	p.rows = slices.Delete(p.rows, i, i+1)
-	if next := p.first(consumer, key); next != nil && next.waiting {
-		next.retry = true
-	}
+	p.remove(consumer, p.find(consumer, id))
 }
 
 // state returns the parked ids, each with whether it waits, and overtaken
