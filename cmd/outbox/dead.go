@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -10,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 func newDeadCommand(g *globalFlags) *cobra.Command {
@@ -52,9 +55,10 @@ func newDeadListCommand(g *globalFlags) *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tATTEMPTS\tCREATED\tLAST ERROR")
+			fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tATTEMPTS\tCREATED\tKEY ORDER\tLAST ERROR")
 			for _, m := range msgs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", m.ID, m.Topic, m.Key, m.Attempts, m.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"), oneLine(m.LastError, 80))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, m.Topic, m.Key, m.Attempts, m.CreatedAt.UTC().Format("2006-01-02T15:04:05Z"),
+					deadKeyOrder(m), oneLine(m.LastError, 80))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -96,10 +100,21 @@ func newDeadShowCommand(g *globalFlags) *cobra.Command {
 	}
 }
 
+// deadKeyOrder says where dead message m stands in its key's order: passed
+// by later messages of its key (a relay that skips dead messages in key
+// order), or nothing to say.
+func deadKeyOrder(m outbox.Message) string {
+	if m.Overtaken > 0 {
+		return fmt.Sprintf("overtaken by %d", m.Overtaken)
+	}
+	return ""
+}
+
 func showMessage(m outbox.Message) map[string]any {
 	out := map[string]any{
 		"id": m.ID, "topic": m.Topic, "key": m.Key, "headers": m.Headers, "status": m.Status,
 		"attempts": m.Attempts, "last_error": m.LastError, "created_at": m.CreatedAt, "available_at": m.AvailableAt,
+		"overtaken": m.Overtaken,
 	}
 	if json.Valid(m.Payload) {
 		out["payload"] = json.RawMessage(m.Payload)
@@ -113,10 +128,15 @@ func showMessage(m outbox.Message) map[string]any {
 }
 
 func newDeadRetryCommand(g *globalFlags) *cobra.Command {
-	var all bool
+	var all, force bool
 	cmd := &cobra.Command{
-		Use:   "retry (ID... | --all)",
+		Use:   "retry (ID... | --all) [--force]",
 		Short: "Make dead messages pending again, with their attempts reset",
+		Long: `retry makes dead messages pending again, with their attempts reset: the relay publishes them
+as soon as it claims them. In key order a dead message holds the rest of its key, which goes on
+in order once it is retried. A message whose key moved on (a relay set to skip dead messages in
+key order, --skip-dead-in-key-order, published later messages of its key after it died) would be
+published after them: retry refuses it, saying how many, unless --force is given.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := idsOrAll(args, all)
 			if err != nil {
@@ -127,6 +147,11 @@ func newDeadRetryCommand(g *globalFlags) *cobra.Command {
 				return err
 			}
 			defer b.close()
+			if !force {
+				if err := deadRetryKeepsKeyOrder(cmd.Context(), b.admin, ids); err != nil {
+					return err
+				}
+			}
 			retry := func() (int, error) { return b.admin.RetryDead(cmd.Context(), ids...) }
 			if all {
 				retry = func() (int, error) { return b.admin.RetryAllDead(cmd.Context()) }
@@ -140,7 +165,51 @@ func newDeadRetryCommand(g *globalFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "retry every dead message")
+	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, publishing them after those")
 	return cmd
+}
+
+// deadRetryKeepsKeyOrder refuses a retry of the dead messages ids (all
+// when empty) that later messages of their key overtook: retried, they
+// would be published after those.
+func deadRetryKeepsKeyOrder(ctx context.Context, admin outboxdriver.Admin, ids []uuid.UUID) error {
+	var dead []outbox.Message
+	if len(ids) == 0 {
+		for after := uuid.Nil; ; {
+			page, err := admin.ListDead(ctx, after, 500)
+			if err != nil {
+				return err
+			}
+			dead = append(dead, page...)
+			if len(page) < 500 {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+	}
+	for _, id := range ids {
+		m, err := admin.Get(ctx, id)
+		if errors.Is(err, outbox.ErrNotFound) {
+			continue // counted as missing once the others are retried
+		}
+		if err != nil {
+			return err
+		}
+		if m.Status == outbox.StatusDead {
+			dead = append(dead, m)
+		}
+	}
+	var overtaken []string
+	for _, m := range dead {
+		if m.Overtaken > 0 {
+			overtaken = append(overtaken, fmt.Sprintf("%s of key %q: %d later message(s) of its key were published after it died", m.ID, m.Key, m.Overtaken))
+		}
+	}
+	if len(overtaken) > 0 {
+		return fmt.Errorf("retrying would publish dead messages after later messages of their key (a relay skips dead messages in key order): %s; "+
+			"if publishing them late is right, retry again with --force, else discard them", strings.Join(overtaken, "; "))
+	}
+	return nil
 }
 
 func newDeadDiscardCommand(g *globalFlags) *cobra.Command {

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
+	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/outboxsqlite"
+)
+
+func TestDeadRetryOfAMessageItsKeyWentOnPastAsksForForceOnPostgreSQL(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.Schema(t)
+	db := []string{"--database-url", pgtest.URL(t), "--schema", schema}
+	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+	store, err := outboxpg.New(pgtest.Pool(t), outboxpg.Options{Schema: schema, OrderByKey: true, SkipDeadInKeyOrder: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testDeadRetryKeepsKeyOrder(t, db, store, store)
+}
+
+func TestDeadRetryOfAMessageItsKeyWentOnPastAsksForForceOnSQLite(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "app.db")
+	db := []string{"--database-url", "sqlite://" + path}
+	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+	store, err := outboxsqlite.Open(t.Context(), path, outboxsqlite.Options{OrderByKey: true, SkipDeadInKeyOrder: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	testDeadRetryKeepsKeyOrder(t, db, store, store)
+}
+
+// testDeadRetryKeepsKeyOrder: a relay that skips dead messages in key
+// order published two later messages of order-1 past its dead message;
+// `dead list` and `dead show` say so, and `dead retry` (by id or --all)
+// refuses to publish it after them unless --force is given, saying how
+// many overtook it. A dead message nothing overtook is retried as before.
+// store claims and settles as such a relay does (OrderByKey,
+// SkipDeadInKeyOrder); admin reads the table.
+func testDeadRetryKeepsKeyOrder(t *testing.T, db []string, store outboxdriver.Store, admin outboxdriver.Admin) {
+	with := func(args ...string) []string { return append(append([]string{}, args...), db...) }
+	send := func(key string) uuid.UUID {
+		t.Helper()
+		out := strings.TrimSpace(mustCLI(t, with("send", "--topic", "orders", "--key", key, "--payload", `{}`)...))
+		id, err := uuid.Parse(out)
+		if err != nil {
+			t.Fatalf("send printed %q; want a message id", out)
+		}
+		return id
+	}
+	paid, other, shipped, cancelled := send("order-1"), send("order-2"), send("order-1"), send("order-1")
+	// One message at a time, oldest first, as a relay in key order:
+	// order-1's first dies and the key goes on past it; order-2's dies
+	// with nothing after it.
+	settle := func(id uuid.UUID, dead bool) {
+		t.Helper()
+		token := uuid.New()
+		got, err := store.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: time.Minute, Token: token})
+		if err != nil || len(got) != 1 || got[0].ID != id {
+			t.Fatalf("claim one message: %v, %v; want %s", got, err, id)
+		}
+		s := outboxdriver.Settlement{Token: token, Published: []uuid.UUID{got[0].ID}}
+		if dead {
+			s = outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: got[0].ID, Error: "rejected"}}}
+		}
+		if _, err := store.SettleAndClaim(t.Context(), s, outboxdriver.Claim{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(paid, true)
+	settle(other, true)
+	settle(shipped, false)
+	settle(cancelled, false)
+
+	if out := mustCLI(t, with("dead", "list")...); !strings.Contains(out, "overtaken by 2") || strings.Count(out, "overtaken by") != 1 {
+		t.Fatalf("dead list printed %q; want %s shown overtaken by 2, and only it", out, paid)
+	}
+	var shown struct {
+		Overtaken int `json:"overtaken"`
+	}
+	if err := json.Unmarshal([]byte(mustCLI(t, with("dead", "show", paid.String())...)), &shown); err != nil || shown.Overtaken != 2 {
+		t.Fatalf("dead show %s: %+v, %v; want overtaken 2", paid, shown, err)
+	}
+
+	for _, args := range [][]string{{paid.String()}, {other.String(), paid.String()}, {"--all"}} {
+		code, out, errOut := cli(t, with(append([]string{"dead", "retry"}, args...)...)...)
+		if code != 1 || !strings.Contains(errOut, paid.String()) || !strings.Contains(errOut, `"order-1"`) ||
+			!strings.Contains(errOut, "2 later message(s)") || !strings.Contains(errOut, "--force") || strings.Contains(errOut, other.String()) {
+			t.Fatalf("dead retry %v of a message 2 later messages of its key overtook: exit %d, stdout %q, stderr %q; want exit 1 naming it, its key, the count and --force, and not %s", args, code, out, errOut, other)
+		}
+	}
+	for _, id := range []uuid.UUID{paid, other} {
+		if m, err := admin.Get(t.Context(), id); err != nil || m.Status != outbox.StatusDead {
+			t.Fatalf("message %s after refused retries: %+v, %v; want it still dead", id, m, err)
+		}
+	}
+	if out := mustCLI(t, with("dead", "retry", other.String())...); !strings.Contains(out, "1 message(s) pending again") {
+		t.Fatalf("dead retry of a message nothing overtook printed %q", out)
+	}
+	if out := mustCLI(t, with("dead", "retry", "--force", paid.String())...); !strings.Contains(out, "1 message(s) pending again") {
+		t.Fatalf("dead retry --force printed %q", out)
+	}
+	if m, err := admin.Get(t.Context(), paid); err != nil || m.Status != outbox.StatusPending {
+		t.Fatalf("message %s after dead retry --force: %+v, %v; want it pending", paid, m, err)
+	}
+}
