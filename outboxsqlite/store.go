@@ -591,20 +591,6 @@ func collectMessages(rows *sql.Rows) (msgs []outbox.Message, undecodable []outbo
 	return sqlrow.Collect(rows, 0, func(rows *sql.Rows) (outbox.Message, error, error) { return scanMessage(rows) })
 }
 
-// collectListed reads rows of messageColumns and overtaken (Get,
-// ListDead), and closes rows. A row whose headers do not decode comes
-// without them.
-func collectListed(rows *sql.Rows) ([]outbox.Message, error) {
-	defer rows.Close()
-	msgs, _, err := sqlrow.Collect(rows, 0, func(rows *sql.Rows) (outbox.Message, error, error) {
-		var overtaken int
-		m, headerErr, err := scanMessage(rows, &overtaken)
-		m.Overtaken = overtaken
-		return m, headerErr, err
-	})
-	return msgs, err
-}
-
 // scanMessage reads one row of messageColumns. headerErr says why its headers
 // do not decode; the message is then returned without them.
 // Columns after them are scanned into extra.
