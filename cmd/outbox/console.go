@@ -234,6 +234,12 @@ func (c *console) render(w http.ResponseWriter, name string, data any) {
 	_, _ = w.Write(buf.Bytes())
 }
 
+// refuseOutOfOrder answers a retry that would break a key's order (err
+// says which messages and why) with 409, naming the command that can force it.
+func refuseOutOfOrder(w http.ResponseWriter, err error, force string) {
+	http.Error(w, strings.Replace(err.Error(), "retry again with --force", "retry them with `"+force+"`", 1), http.StatusConflict)
+}
+
 func (c *console) fail(w http.ResponseWriter, err error) {
 	c.log.Error("outbox console: request failed", slog.Any("error", err))
 	http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -431,6 +437,14 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids
 	default:
 		http.NotFound(w, r)
 		return
+	}
+	if action == "retry" && len(ids) > 0 {
+		// The console has no --force: a retry that would break a key's
+		// order is the CLI's, where the count is spelt out.
+		if err := deadRetryKeepsKeyOrder(r.Context(), c.admin, ids); err != nil {
+			refuseOutOfOrder(w, err, "outbox dead retry --force ID")
+			return
+		}
 	}
 	done := 0
 	for start := 0; start < len(ids); start += consoleBatch {

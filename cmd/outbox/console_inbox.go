@@ -129,6 +129,10 @@ func (c *console) retryParked(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "name the parked messages to retry", http.StatusBadRequest)
 		return
 	}
+	if err := retryKeepsKeyOrder(r.Context(), c.inbox, consumer, ids, false); err != nil {
+		refuseOutOfOrder(w, err, "outbox inbox parked retry --consumer "+consumer+" --force ID")
+		return
+	}
 	n, err := c.inbox.RequestRetry(r.Context(), consumer, ids...)
 	if err != nil {
 		c.fail(w, err)

@@ -2,6 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -100,6 +105,7 @@ func testDeadRetryKeepsKeyOrder(t *testing.T, db []string, store outboxdriver.St
 			t.Fatalf("dead retry %v of a message 2 later messages of its key overtook: exit %d, stdout %q, stderr %q; want exit 1 naming it, its key, the count and --force, and not %s", args, code, out, errOut, other)
 		}
 	}
+	consoleRefusesOutOfOrderRetry(t, admin, nil, "/dead/"+paid.String()+"/retry", url.Values{}, paid, "outbox dead retry --force")
 	for _, id := range []uuid.UUID{paid, other} {
 		if m, err := admin.Get(t.Context(), id); err != nil || m.Status != outbox.StatusDead {
 			t.Fatalf("message %s after refused retries: %+v, %v; want it still dead", id, m, err)
@@ -113,5 +119,25 @@ func testDeadRetryKeepsKeyOrder(t *testing.T, db []string, store outboxdriver.St
 	}
 	if m, err := admin.Get(t.Context(), paid); err != nil || m.Status != outbox.StatusPending {
 		t.Fatalf("message %s after dead retry --force: %+v, %v; want it pending", paid, m, err)
+	}
+}
+
+// consoleRefusesOutOfOrderRetry posts the console's retry form at path for
+// id, which later messages of its key overtook: the console has no --force,
+// so it must answer 409 naming the message and the CLI command that forces
+// the retry.
+func consoleRefusesOutOfOrderRetry(t *testing.T, admin outboxdriver.Admin, inbox inboxTable, path string, form url.Values, id uuid.UUID, force string) {
+	t.Helper()
+	c, err := newConsole(admin, inbox, "outbox", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	form.Set("csrf", c.csrf)
+	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec := httptest.NewRecorder()
+	c.handler().ServeHTTP(rec, req)
+	if body := rec.Body.String(); rec.Code != http.StatusConflict || !strings.Contains(body, id.String()) || !strings.Contains(body, force) {
+		t.Fatalf("console POST %s of a message later messages of its key overtook: %d %q; want 409 naming %s and %q", path, rec.Code, body, id, force)
 	}
 }

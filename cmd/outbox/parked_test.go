@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -238,6 +239,8 @@ func testParkedRetryKeepsKeyOrder(t *testing.T, db []string, table func(t *testi
 			t.Fatalf("inbox parked retry %v of a message 2 later messages overtook: exit %d, %q; want exit 1 with the count and --force", args, code, errOut)
 		}
 	}
+	consoleRefusesOutOfOrderRetry(t, nil, table(t), "/inbox/parked/retry", url.Values{"consumer": {"billing"}, "id": {other.ID.String()}},
+		other.ID, "outbox inbox parked retry --consumer billing --force")
 	if got, err := table(t).GetParked(t.Context(), "billing", other.ID); err != nil || got.RetryRequested {
 		t.Fatalf("message %s after a refused retry: %+v, %v; want it parked, no retry requested", other.ID, got, err)
 	}
