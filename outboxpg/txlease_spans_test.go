@@ -1,12 +1,15 @@
 package outboxpg_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
@@ -72,6 +75,88 @@ func TestTransactionLeaseClaimPassesOverTheRowsOfTheStoresOtherOpenClaimsWithout
 	// Each claim reads its own rows, and one entry past them at most.
 	if read > 2*batch+2 {
 		t.Fatalf("two claims of %d held open at once read %d entries of the pending index; want at most %d: the second read the first's rows", batch, read, 2*batch+2)
+	}
+}
+
+// Passing over the spans of open claims loses nothing: a message that
+// lies within them, free (here written after the claims, with an earlier
+// due time, as a transaction that commits late writes it), is claimed
+// once the rows before and after them leave places, and a message that a
+// claim puts back within its own span is free at once for the next claim.
+func TestTransactionLeaseClaimsTakeFreeMessagesWithinTheSpansTheyPassOver(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{TransactionLeases: true})
+	t.Cleanup(func() { outboxpg.RollBackOpenClaims(store) })
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	step := func(i int) time.Time { return base.Add(time.Duration(i) * 10 * time.Microsecond) }
+	var due []time.Time
+	for i := range 100 {
+		due = append(due, step(i))
+	}
+	writeDue(t, store, due)
+	first := claimFor(t, store, 30) // the 30 first
+	claimFor(t, store, 30)          // the next 30
+	due = due[:0]
+	for i := range 5 {
+		due = append(due, step(10+i).Add(5*time.Microsecond)) // within first's span
+	}
+	writeDue(t, store, due)
+	if got := claimFor(t, store, 100); len(got.msgs) != 45 {
+		t.Fatalf("a claim beside two open claims of 30 of 100 messages, 5 more written within their spans, got %d; want the 45 free", len(got.msgs))
+	}
+	released := first.msgs[10:20]
+	settle := outboxdriver.Settlement{Token: first.token, Release: ids(released)}
+	for _, m := range first.msgs {
+		if !slices.Contains(settle.Release, m.ID) {
+			settle.Published = append(settle.Published, m.ID)
+		}
+	}
+	if _, err := store.SettleAndClaim(t.Context(), settle, outboxdriver.Claim{}); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	due = due[:0]
+	for i := range 100 {
+		due = append(due, step(1000+i)) // after every span
+	}
+	writeDue(t, store, due)
+	got := claimFor(t, store, len(released))
+	for i, m := range got.msgs {
+		if m.ID != released[i].ID {
+			t.Fatalf("a claim of %d after a claim released %d of its messages got %v; want the released ones, due first, %v", len(released), len(released), ids(got.msgs), ids(released))
+		}
+	}
+}
+
+// claimed is what claimFor claimed, under token.
+type claimed struct {
+	token uuid.UUID
+	msgs  []outbox.Message
+}
+
+// claimFor claims up to limit messages from store, leased for a minute.
+func claimFor(t *testing.T, store *outboxpg.Store, limit int) claimed {
+	t.Helper()
+	c := claimed{token: uuid.New()}
+	var err error
+	c.msgs, err = store.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Token: c.token, Limit: limit, Lease: time.Minute})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return c
+}
+
+// writeDue writes a message due at each of due, in one transaction.
+func writeDue(t *testing.T, store *outboxpg.Store, due []time.Time) {
+	t.Helper()
+	w := newWriter(t, store)
+	msgs := make([]*outbox.Message, len(due))
+	for i, at := range due {
+		msgs[i] = &outbox.Message{Topic: "orders", AvailableAt: at}
+	}
+	ctx := t.Context()
+	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatalf("write: %v", err)
 	}
 }
 
