@@ -42,7 +42,8 @@ import (
 // other parts fill the batch, until the spans around it are dropped: a
 // span is dropped when its claim ends with rows put back (they are free
 // again) and, once settled, as soon as every open claim of the store began
-// after the settlement, which is a batch or two later.
+// after the settlement, which is a batch or two later; and any span once
+// the store has made a few claims since (see passOver).
 
 // indexKey is a row's place in the pending index.
 type indexKey struct {
@@ -115,30 +116,44 @@ func (c *claimedSpans) settle(span claimedSpan) {
 
 // passOver returns the first and last place of the spans a claim of s
 // passes over, and false if there are none: those of s's open claims and
-// of the claims settled since the oldest of them began; the others are
-// dropped.
+// of the claims settled since the oldest of them began, among the store's
+// last claims (two for each open claim, and two); the others are dropped.
+// The bound keeps a free row within the spans from waiting behind a claim
+// that stays open long (a publisher that stalls until its lease ends)
+// while the other workers keep finding work after the spans.
 func (c *claimedSpans) passOver(s *Store) (claimedSpan, bool) {
-	oldest := ^uint64(0)
-	var spans []claimedSpan
+	type openSpan struct {
+		span   claimedSpan
+		opened uint64
+	}
+	var open []openSpan
 	allOpenClaims.mu.Lock()
 	for _, claim := range allOpenClaims.claims {
 		if claim.store == s && claim.span != nil {
-			spans = append(spans, *claim.span)
-			oldest = min(oldest, claim.opened)
+			open = append(open, openSpan{span: *claim.span, opened: claim.opened})
 		}
 	}
 	allOpenClaims.mu.Unlock()
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	recent := func(claims uint64) bool { return claims+2*uint64(len(open))+2 > c.claims }
+	oldest := ^uint64(0)
+	var spans []claimedSpan
+	for _, o := range open {
+		if recent(o.opened) {
+			spans = append(spans, o.span)
+			oldest = min(oldest, o.opened)
+		}
+	}
 	kept := c.settled[:0]
 	for _, st := range c.settled {
-		if st.claims >= oldest {
+		if st.claims >= oldest && recent(st.claims) {
 			kept = append(kept, st)
 			spans = append(spans, st.span)
 		}
 	}
 	clear(c.settled[len(kept):])
 	c.settled = kept
-	c.mu.Unlock()
 	if len(spans) == 0 {
 		return claimedSpan{}, false
 	}

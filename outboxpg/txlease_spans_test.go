@@ -207,3 +207,38 @@ func pendingIndexReads(t *testing.T, pool *pgxpool.Pool, store *outboxpg.Store, 
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A claim that stays open long (its publisher stalled until the lease
+// ends) is not passed over for long: a free message within its span is
+// claimed after a few more claims of the store, although the other
+// workers' claims keep finding work after the spans.
+func TestTransactionLeaseClaimsStopPassingOverAClaimThatStaysOpen(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	store := newStore(t, pool, outboxpg.Options{TransactionLeases: true})
+	t.Cleanup(func() { outboxpg.RollBackOpenClaims(store) })
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	step := func(i int) time.Time { return base.Add(time.Duration(i) * 10 * time.Microsecond) }
+	var due []time.Time
+	for i := range 300 {
+		due = append(due, step(i))
+	}
+	writeDue(t, store, due)
+	claimFor(t, store, 30) // stays open
+	late := step(10).Add(5 * time.Microsecond)
+	writeDue(t, store, []time.Time{late})
+	const claims = 10
+	for range claims {
+		c := claimFor(t, store, 10)
+		settle := outboxdriver.Settlement{Token: c.token, Published: ids(c.msgs)}
+		if _, err := store.SettleAndClaim(t.Context(), settle, outboxdriver.Claim{}); err != nil {
+			t.Fatalf("settle: %v", err)
+		}
+		for _, m := range c.msgs {
+			if m.AvailableAt.Equal(late) {
+				return
+			}
+		}
+	}
+	t.Fatalf("a message written late within the span of a claim that stays open was not claimed in %d claims of 10 while 270 others were free; want it within a few", claims)
+}
