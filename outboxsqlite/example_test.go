@@ -78,6 +78,8 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxsqlite.DirectionDown))
 	// Output:
+	// -- 005_overtaken.down.sql
+	// ALTER TABLE "outbox" DROP COLUMN overtaken;
 	// -- 004_dead_key.down.sql
 	// DROP INDEX "outbox_key_dead_idx";
 	// -- 003_lease_column.down.sql

@@ -31,6 +31,8 @@ type statements struct {
 	stats       string // ?1 now
 	get         string // ?1 id; returns messageColumns, overtaken
 	listDead    string // ?1 after, ?2 limit; returns messageColumns, overtaken
+	getOld      string // as get, on a table without overtaken (before migration 5)
+	listDeadOld string // as listDead, on a table without overtaken
 	retryDead   string // ?1 now, ?2 ids
 	retryAll    string // ?1 now
 	discardDead string // ?1 ids
@@ -135,7 +137,7 @@ LIMIT ?4`
 	// about to change, by the same test, and the key dead index (migration
 	// 4) finds each key's dead messages with one probe.
 	countOvertaken := ""
-	if s.orderByKey && !s.deadHoldsKey {
+	if s.skipsDead() {
 		countOvertaken = sql(`
 UPDATE {t} AS d SET overtaken = d.overtaken + o.n
 FROM (SELECT x.rowid AS rid, count(*) AS n
@@ -221,8 +223,10 @@ SELECT
 	(SELECT min(created_at) FROM {t} WHERE status = 'pending'),
 	(SELECT count(*) FROM {t} WHERE status = 'published' AND published_at > ?1 - 60000000),
 	` + behindDead),
-		get:      sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE id = ?1`),
-		listDead: sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE status = 'dead' AND id > ?1 ORDER BY id LIMIT ?2`),
+		get:         sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE id = ?1`),
+		listDead:    sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE status = 'dead' AND id > ?1 ORDER BY id LIMIT ?2`),
+		getOld:      sql(`SELECT ` + messageColumns + `, 0 FROM {t} WHERE id = ?1`),
+		listDeadOld: sql(`SELECT ` + messageColumns + `, 0 FROM {t} WHERE status = 'dead' AND id > ?1 ORDER BY id LIMIT ?2`),
 		retryDead: sql(`
 UPDATE {t} SET status = 'pending', attempts = 0, available_at = ?1, lease_token = NULL, locked_until = NULL
 WHERE status = 'dead' AND id IN (SELECT value FROM json_each(?2))`),

@@ -358,11 +358,7 @@ func (s *Store) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 // Get returns the message with the given id, in any state, or an error
 // wrapping outbox.ErrNotFound.
 func (s *Store) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
-	rows, err := s.db.QueryContext(ctx, s.stmts.get, id.String())
-	var msgs []outbox.Message
-	if err == nil {
-		msgs, err = collectListed(rows)
-	}
+	msgs, err := s.queryListed(ctx, s.stmts.get, s.stmts.getOld, id.String())
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("outboxsqlite: get message %s from %s: %w", id, s.Name(), explain(err, s.path))
 	}
@@ -378,11 +374,7 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 	if limit <= 0 {
 		return nil, fmt.Errorf("outboxsqlite: list dead messages in %s: limit %d must be positive", s.Name(), limit)
 	}
-	rows, err := s.db.QueryContext(ctx, s.stmts.listDead, after.String(), limit)
-	var msgs []outbox.Message
-	if err == nil {
-		msgs, err = collectListed(rows)
-	}
+	msgs, err := s.queryListed(ctx, s.stmts.listDead, s.stmts.listDeadOld, after.String(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("outboxsqlite: list dead messages in %s after %s: %w", s.Name(), after, explain(err, s.path))
 	}
