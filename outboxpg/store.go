@@ -204,7 +204,7 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 		// operator sees them, instead of failing every claim that meets
 		// them. If this fails, their lease runs out and the next claim
 		// tries again; the rest of the batch is ours either way.
-		if err := s.settleDeadNow(ctx, claim.Token, undecodable); err != nil {
+		if err := s.settleDeadNow(ctx, claim.Token, undecodable, res.held); err != nil {
 			s.logger().Error("outboxpg: dead-lettering messages whose stored row cannot be decoded failed; they are claimed and tried again when their lease expires (check the database's log, and the rows' headers column)",
 				slog.String("table", s.Name()), slog.Int("messages", len(undecodable)), slog.String("first_message_id", undecodable[0].ID.String()), slog.Any("error", err))
 		}
@@ -213,10 +213,13 @@ func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settleme
 }
 
 // settleDeadNow dead-letters failed messages leased to token, outside a
-// relay's exchange.
-func (s *Store) settleDeadNow(ctx context.Context, token uuid.UUID, failed []outboxdriver.Failure) error {
-	_, err := s.pool.Exec(ctx, s.stmts.settleDead, deadArgs(failed, token)...)
-	return err
+// relay's exchange, and then hands back held (messages of their keys claimed
+// behind them) untried. If the release fails, their lease runs out.
+func (s *Store) settleDeadNow(ctx context.Context, token uuid.UUID, failed []outboxdriver.Failure, held []uuid.UUID) error {
+	if _, err := s.pool.Exec(ctx, s.stmts.settleDead, deadArgs(failed, token)...); err != nil {
+		return err
+	}
+	return s.Release(ctx, token, held)
 }
 
 // deadArgs are the arguments of statements.settleDead.
@@ -233,6 +236,7 @@ func deadArgs(failed []outboxdriver.Failure, token uuid.UUID) []any {
 type exchangeResult struct {
 	msgs        []outbox.Message       // claimed, headers decoded
 	undecodable []outboxdriver.Failure // claimed, headers not decodable
+	held        []uuid.UUID            // claimed behind an undecodable message of their key, to hand back
 	addresses   map[uuid.UUID]pgtype.TID
 	filenode    uint32
 	stored      map[uuid.UUID]storedRow // the claimed rows as stored (TransactionLeases)
@@ -285,14 +289,20 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, limit int) (res
 	if err != nil {
 		return res, err
 	}
-	msgs = withoutFailures(msgs, undecodable)
 	res.undecodable = undecodable
-	res.msgs = msgs
 	if s.opts.OrderByKey {
 		sortRuns(msgs, seqs)
+		if s.opts.deadHoldsKey() {
+			// The undecodable go to the dead letters, so their keys'
+			// later messages wait behind them (spec §8).
+			res.msgs, res.held = outboxdriver.HoldBehindFailures(msgs, undecodable)
+			return res, nil
+		}
+		res.msgs = withoutFailures(msgs, undecodable)
 		return res, nil
 	}
-	sortByDue(msgs)
+	res.msgs = withoutFailures(msgs, undecodable)
+	sortByDue(res.msgs)
 	return res, nil
 }
 
