@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ type parkedStatements struct {
 	list     string // $1 consumer or '', $2 after, $3 limit
 	get      string // $1 consumer or '', $2 id
 	retry    string // $1 consumer, $2 ids (empty: all)
+	lockKeys string // $1 consumer, $2 ids
 	remove   string // $1 consumer, $2 ids: an unpark or a discard
 	counts   string
 
@@ -103,9 +105,19 @@ ON CONFLICT (consumer, message_id) DO UPDATE SET error = EXCLUDED.error, attempt
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = $1 AND retry_requested AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
 	ORDER BY parked_at LIMIT $2 FOR UPDATE SKIP LOCKED) AND retry_requested
 RETURNING ` + parkedReturning,
-		list:   `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id > $2 ORDER BY message_id, consumer LIMIT $3`,
-		get:    `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id = $2 ORDER BY consumer LIMIT 2`,
-		retry:  `UPDATE ` + q + ` AS p SET retry_requested = true WHERE consumer = $1 AND (cardinality($2::uuid[]) = 0 OR message_id = ANY ($2)) AND (NOT waiting OR ` + parkedKeyFirst(q) + `)`,
+		list:  `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id > $2 ORDER BY message_id, consumer LIMIT $3`,
+		get:   `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id = $2 ORDER BY consumer LIMIT 2`,
+		retry: `UPDATE ` + q + ` AS p SET retry_requested = true WHERE consumer = $1 AND (cardinality($2::uuid[]) = 0 OR message_id = ANY ($2)) AND (NOT waiting OR ` + parkedKeyFirst(q) + `)`,
+		// The deletes of one key take turns: two that overlap (an
+		// unpark of its first message, a discard of the next) would
+		// each, in its own snapshot, still see the row the other
+		// deleted ahead of the third, and neither would pass the key on
+		// to it. Locks in the order of their number, so that deletes of
+		// several keys cannot wait for each other in a circle; the
+		// statements after it take their snapshots once it is held.
+		lockKeys: `SELECT pg_advisory_xact_lock(k) FROM (
+	SELECT DISTINCT hashtextextended(key, hashtextextended($1, ` + strconv.FormatInt(lockKey("outboxpg parked keys "+schema+"."+name), 10) + `)) AS k
+	FROM ` + q + ` WHERE consumer = $1 AND message_id = ANY ($2) AND key <> '' ORDER BY k) AS keys`,
 		remove: `DELETE FROM ` + q + ` WHERE consumer = $1 AND message_id = ANY ($2) RETURNING key, seq`,
 		counts: `SELECT consumer, count(*) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
 		// FOR SHARE: an unpark of the head that is under way (a retry
@@ -327,6 +339,9 @@ func (t *InboxTable) DiscardParked(ctx context.Context, consumer string, ids ...
 func (t *InboxTable) deleteParked(ctx context.Context, consumer string, ids []uuid.UUID) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, t.parked.lockKeys, consumer, pgUUIDs(ids)); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, t.parked.remove, consumer, pgUUIDs(ids))
 		if err != nil {
 			return err
