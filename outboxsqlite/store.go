@@ -189,6 +189,13 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		// No publisher could send these rows and retrying cannot change
 		// them: they go to the dead letters with the reason, in the same
 		// transaction, instead of failing every claim that meets them.
+		if s.set.deadHoldsKey {
+			// In key order their keys' later messages wait behind them
+			// (spec §8): handed back untried.
+			var held []uuid.UUID
+			msgs, held = outboxdriver.HoldBehindFailures(msgs, undecodable)
+			return s.settle(ctx, c, now, outboxdriver.Settlement{Token: claim.Token, Dead: undecodable, Release: held})
+		}
 		msgs = slices.DeleteFunc(msgs, func(m outbox.Message) bool {
 			return slices.ContainsFunc(undecodable, func(f outboxdriver.Failure) bool { return f.ID == m.ID })
 		})
