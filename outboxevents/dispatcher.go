@@ -22,6 +22,7 @@ type Dispatcher[TTx any] struct {
 	store  outbox.InboxStore[TTx]
 	parked outbox.ParkStore    // the store, if it keeps parked messages
 	keys   outbox.KeyParkStore // the store, if it holds keys behind them
+	shares parkedShares        // the store, if it parks and finds a parked share by id
 	skip   bool                // SkipParkedInKeyOrder
 
 	mu       sync.RWMutex
@@ -63,7 +64,13 @@ var _ outbox.Publisher = (*Dispatcher[any])(nil)
 // RetryParked runs it again when an operator asks. A parked share holds the
 // rest of its key for its handler (see Publish), which needs store to be an
 // outbox.KeyParkStore, as those tables are: a store that parks but is none
-// is refused unless opts include SkipParkedInKeyOrder.
+// is refused unless opts include SkipParkedInKeyOrder. A store that parks
+// should also find a parked share by handler and event, with the tables'
+// method GetParked(ctx, handler name, event id) (outbox.ParkedMessage,
+// error), the error wrapping outbox.ErrNotFound when there is none: without
+// it, a handler whose share of an event with no
+// key (or of any event, with SkipParkedInKeyOrder) is parked is run on the
+// event again when the relay retries it for another handler.
 func NewDispatcher[TTx any](reg *Registry, store outbox.InboxStore[TTx], opts ...DispatcherOption) (*Dispatcher[TTx], error) {
 	if reg == nil {
 		return nil, &outbox.ConfigError{Field: "outboxevents.NewDispatcher registry", Value: "nil", Fix: "pass the Registry the events were written with"}
@@ -83,7 +90,11 @@ func NewDispatcher[TTx any](reg *Registry, store outbox.InboxStore[TTx], opts ..
 		return nil, &outbox.ConfigError{Field: "outboxevents.NewDispatcher store", Value: fmt.Sprintf("%T (parks shares, cannot hold their keys)", store),
 			Fix: "use an inbox table that is an outbox.KeyParkStore (outboxpg, outboxsqlite), or pass outboxevents.SkipParkedInKeyOrder() to let a handler apply a key's later events past its parked share"}
 	}
-	return &Dispatcher[TTx]{reg: reg, store: store, parked: parked, keys: keys, skip: o.skip, handlers: map[string][]*handler[TTx]{}, names: map[string]bool{}}, nil
+	var shares parkedShares
+	if parked != nil {
+		shares, _ = store.(parkedShares)
+	}
+	return &Dispatcher[TTx]{reg: reg, store: store, parked: parked, keys: keys, shares: shares, skip: o.skip, handlers: map[string][]*handler[TTx]{}, names: map[string]bool{}}, nil
 }
 
 // Handle adds a handler named name for events of type E, which must be
@@ -144,14 +155,20 @@ func Handle[E any, TTx any](d *Dispatcher[TTx], name string, fn func(ctx context
 // not dispatched: they are held back, so a key's events are applied in
 // order.
 //
+// A handler whose share of the event is parked already is not run on it:
+// only RetryParked runs a parked share, even when the relay hands the event
+// again because another handler failed.
+//
 // A handler's parked share holds the rest of its key for that handler: a
 // later event of the key is not run by it but parked as waiting behind the
 // parked share (the handler's other keys, and the other handlers, go on),
 // and RetryParked applies the waiting shares in order once the parked one is
 // retried with success. With SkipParkedInKeyOrder the handler applies them
 // as they come instead, and each one it applies is counted on its parked
-// shares of the key (outbox.ParkedMessage.Overtaken), so that `outbox inbox
-// parked retry` asks for --force before applying one after its successors.
+// shares of the key (outbox.ParkedMessage.Overtaken; a parked share never
+// counts its own event, which the handler is not run on), so that `outbox
+// inbox parked retry` asks for --force before applying one after its
+// successors.
 func (d *Dispatcher[TTx]) Publish(ctx context.Context, batch []outbox.Message) []error {
 	errs := make([]error, len(batch))
 	failed := map[string]uuid.UUID{} // key -> its message that failed
@@ -199,12 +216,12 @@ func (d *Dispatcher[TTx]) dispatch(ctx context.Context, m outbox.Message) error 
 			wait = max(wait, left)
 			continue
 		}
-		held, err := d.held(ctx, h, m)
+		left, err := d.leftToRetryParked(ctx, h, m)
 		if err != nil {
 			failed = append(failed, fmt.Errorf("handler %q not run: %w", h.name, err))
 			continue
 		}
-		if held {
+		if left {
 			continue
 		}
 		_, err = h.inbox.Handle(ctx, m.ID, func(ctx context.Context, tx TTx) error { return h.apply(ctx, tx, event) })

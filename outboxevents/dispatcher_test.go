@@ -3,6 +3,7 @@ package outboxevents_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -142,6 +143,14 @@ func (s *memInbox) Unpark(_ context.Context, consumer string, id uuid.UUID) erro
 	return nil
 }
 
+// GetParked finds consumer's parked share id, as the inbox tables do.
+func (s *memInbox) GetParked(_ context.Context, consumer string, id uuid.UUID) (outbox.ParkedMessage, error) {
+	if p, ok := s.parkedBy(consumer, id); ok {
+		return p, nil
+	}
+	return outbox.ParkedMessage{}, fmt.Errorf("consumer %q parked no message %s: %w", consumer, id, outbox.ErrNotFound)
+}
+
 func (s *memInbox) parkedBy(consumer string, id uuid.UUID) (outbox.ParkedMessage, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -276,6 +285,30 @@ func TestAPermanentFailureBesideARetryableOneParksItsShareAndRetriesTheOther(t *
 		t.Fatalf("retry of event %s: %v; want published", m.ID, err)
 	}
 	wantApplied(t, handlers, map[string]int{"read-model": 1, "welcome-mail": 0, "ledger": 1})
+}
+
+// A share parked on an event without a key holds no key, yet the relay's
+// retry of the event for another handler must leave it to RetryParked too.
+func TestAParkedShareOfAnEventWithNoKeyIsNotRunAgainWhenTheRelayRetriesTheEventForAnotherHandler(t *testing.T) {
+	t.Parallel()
+	store := newMemInbox()
+	d, handlers, m := newDispatcher(t, store, "welcome-mail", "ledger")
+	m.Key = ""
+	handlers["welcome-mail"].setFail(failWith(outbox.Permanent(errors.New("no such mailbox (injected)"))))
+	handlers["ledger"].setFail(failWith(errors.New("ledger locked (injected)")))
+	if err := d.Publish(t.Context(), []outbox.Message{m})[0]; err == nil || outbox.IsPermanent(err) || outbox.IsHeldBack(err) {
+		t.Fatalf("event %s with one handler failing permanently and one retryably: %v; want an ordinary retryable error", m.ID, err)
+	}
+	handlers["welcome-mail"].setFail(nil)
+	handlers["ledger"].setFail(nil)
+	m.Attempts++
+	if err := d.Publish(t.Context(), []outbox.Message{m})[0]; err != nil {
+		t.Fatalf("retry of event %s: %v; want published", m.ID, err)
+	}
+	wantApplied(t, handlers, map[string]int{"welcome-mail": 0, "ledger": 1})
+	if _, ok := store.parkedBy("welcome-mail", m.ID); !ok {
+		t.Fatalf("event %s: the parked share of welcome-mail is gone after the relay's retry; want it parked until RetryParked runs it", m.ID)
+	}
 }
 
 func TestAnUnavailableHandlerPostponesTheEventWithoutPausingTheRelayAndTheOthersApplyOnce(t *testing.T) {

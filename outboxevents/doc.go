@@ -64,19 +64,29 @@
 //     event counts as published for the others. `outbox inbox parked list`
 //     shows it; after the fix, `outbox inbox parked retry --consumer <handler
 //     name>` asks for a retry, which a process running
-//     Dispatcher.RetryParked takes and runs with that handler alone. A
-//     parked share holds the rest of its key for that handler, as a message
-//     a consumer parks does: the handler's shares of the key's later events
-//     are parked as waiting behind it (the event counts as published for
-//     the others, and the handler goes on with its other keys), and the
-//     retry applies them after it, in order; one that fails for good again
-//     becomes the key's new parked head. With the option
+//     Dispatcher.RetryParked takes and runs with that handler alone. Only
+//     RetryParked runs a parked share: when the relay hands the event again
+//     (another handler failed, or an unavailable one held it back), the
+//     handler whose share is parked is not run on it, even if it was fixed
+//     meanwhile. A parked share holds the rest of its key for that handler,
+//     as a message a consumer parks does: the handler's shares of the key's
+//     later events are parked as waiting behind it (the event counts as
+//     published for the others, and the handler goes on with its other
+//     keys), and the retry applies them after it, in order; one that fails
+//     for good again becomes the key's new parked head. With the option
 //     SkipParkedInKeyOrder the handler applies them as they come instead,
-//     and each is counted on the parked share (Overtaken), so that `outbox
-//     inbox parked retry` asks for --force. With an inbox table that keeps
-//     no parked messages, the event is dead-lettered instead; one that
-//     parks but cannot hold a key (no outbox.KeyParkStore) is refused by
-//     NewDispatcher unless SkipParkedInKeyOrder is given.
+//     and each success of the handler on an event of the key adds one to
+//     Overtaken of each of its parked shares of the key, so that `outbox
+//     inbox parked retry` asks for --force; the event whose share is parked
+//     never counts on itself, since the handler is not run on it, while a
+//     later event the relay hands again for another handler counts again
+//     (the count may overstate, never understate). That option costs a
+//     look-up of the handler's parked share before each run (the default
+//     costs it only on events with no key, which a parked share does not
+//     hold). With an inbox table that keeps no parked messages, the event
+//     is dead-lettered instead; one that parks but cannot hold a key (no
+//     outbox.KeyParkStore) is refused by NewDispatcher unless
+//     SkipParkedInKeyOrder is given.
 //   - A handler whose destination is unavailable (outbox.Unavailable) is not
 //     run again for a pause (100 ms, doubling up to 5 s while it stays
 //     unavailable), and the events it has not applied are held back until

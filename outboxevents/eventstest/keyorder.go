@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ type keyedHandler struct {
 	mu      sync.Mutex
 	applied []string        // labels, in the order A applied them
 	poison  map[string]bool // labels A fails for good on
+	runs    map[string]int  // label -> times A was run on it, failing or not
 }
 
 // failOn makes A fail for good on the events of labels, and on no other.
@@ -47,20 +49,28 @@ func (k *keyedHandler) order() []string {
 	return slices.Clone(k.applied)
 }
 
+func (k *keyedHandler) ran(l string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.runs[l]
+}
+
 // label names an event of the key-order tests: its order and its sequence
 // number within the order (TotalCents).
 func label(e OrderPlaced) string { return fmt.Sprintf("%s#%d", e.OrderID, e.TotalCents) }
 
 // keyOrderSetup adds handler "A", which fails permanently on the events of
-// poison (until told otherwise), and handler "B", which never fails; both
-// record effects "A/<label>" and "B/<label>".
-func keyOrderSetup[TTx any](t *testing.T, h Harness[TTx], d *outboxevents.Dispatcher[TTx], poison ...string) *keyedHandler {
+// poison (until told otherwise), and handler "B", which fails when bFails
+// (if not nil) returns an error; both record effects "A/<label>" and
+// "B/<label>".
+func keyOrderSetup[TTx any](t *testing.T, h Harness[TTx], d *outboxevents.Dispatcher[TTx], bFails func() error, poison ...string) *keyedHandler {
 	t.Helper()
-	a := &keyedHandler{}
+	a := &keyedHandler{runs: map[string]int{}}
 	a.failOn(poison...)
 	err := outboxevents.Handle(d, "A", func(ctx context.Context, tx TTx, e OrderPlaced) error {
 		a.mu.Lock()
 		defer a.mu.Unlock()
+		a.runs[label(e)]++
 		if a.poison[label(e)] {
 			return outbox.Permanent(errors.New("no such account (injected)"))
 		}
@@ -73,7 +83,7 @@ func keyOrderSetup[TTx any](t *testing.T, h Harness[TTx], d *outboxevents.Dispat
 	if err != nil {
 		t.Fatal(err)
 	}
-	handle(t, d, h, "B", label, nil)
+	handle(t, d, h, "B", label, bFails)
 	return a
 }
 
@@ -163,7 +173,7 @@ func testParkedShareHoldsItsKey[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 	r := registry(t)
 	d := dispatcher(t, h, r)
-	a := keyOrderSetup(t, h, d, "order-1#1")
+	a := keyOrderSetup(t, h, d, nil, "order-1#1")
 	e1, e2, other := event(t, r, "order-1", 1), event(t, r, "order-1", 2), event(t, r, "order-2", 1)
 	publish(t, d, e1, "A fails for good on it")
 	publish(t, d, e2, "A's share of e1 is parked")
@@ -194,9 +204,12 @@ func testParkedShareHoldsItsKey[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 }
 
-// testSkipParkedInKeyOrder: with SkipParkedInKeyOrder, handler A applies e2
-// at once past its parked e1, which counts it as overtaking; the retry then
-// applies e1.
+// testSkipParkedInKeyOrder: with SkipParkedInKeyOrder, handler A fails for
+// good on e1 while B fails on it retryably. The relay's retry of e1, for B,
+// does not run A again, though A was fixed meanwhile: only RetryParked runs
+// a parked share, and e1 does not count as overtaking itself. A then
+// applies e2 at once past its parked e1, which counts it as overtaking; the
+// retry then applies e1.
 func testSkipParkedInKeyOrder[TTx any](t *testing.T, h Harness[TTx]) {
 	table, ok := h.Inbox.(keyTable)
 	if !ok {
@@ -207,24 +220,53 @@ func testSkipParkedInKeyOrder[TTx any](t *testing.T, h Harness[TTx]) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := keyOrderSetup(t, h, d, "order-1#1")
+	var bLocked atomic.Bool
+	bLocked.Store(true)
+	a := keyOrderSetup(t, h, d, func() error {
+		if bLocked.Load() {
+			return errors.New("ledger locked (injected)")
+		}
+		return nil
+	}, "order-1#1")
 	e1, e2 := event(t, r, "order-1", 1), event(t, r, "order-1", 2)
-	publish(t, d, e1, "A fails for good on it")
+	if err := d.Publish(t.Context(), []outbox.Message{e1})[0]; err == nil || outbox.IsPermanent(err) || outbox.IsHeldBack(err) {
+		t.Fatalf("event %s with A failing for good and B retryably: %v; want an ordinary retryable error, for B", e1.ID, err)
+	}
+	a.failOn()
+	bLocked.Store(false)
+	e1.Attempts++ // as the relay hands it again
+	publish(t, d, e1, "the relay's retry of it, for B")
+	if n := a.ran("order-1#1"); n != 1 {
+		t.Errorf("A was run on e1 %s %d times; want once: the relay's retry, for B, must leave A's parked share to RetryParked", e1.ID, n)
+	}
+	requireEffects(t, h, map[string]int{"A/order-1#1": 0, "B/order-1#1": 1})
+	requireOvertaken(t, table, "A", e1.ID, 0, "its parked share does not overtake itself")
+
 	publish(t, d, e2, "A skips its parked share of e1")
 	requireEffects(t, h, map[string]int{"A/order-1#1": 0, "A/order-1#2": 1, "B/order-1#1": 1, "B/order-1#2": 1})
-	parked, err := table.ListParked(t.Context(), "A", uuid.Nil, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(parked) != 1 || parked[0].ID != e1.ID || parked[0].Waiting || parked[0].Overtaken != 1 {
-		t.Fatalf("A's parked shares: %+v; want e1 %s alone, overtaken by 1 (e2)", parked, e1.ID)
-	}
+	requireOvertaken(t, table, "A", e1.ID, 1, "e2 overtook it")
 
-	a.failOn()
 	retryUntilUnparked(t, table, d, "A", e1.ID)
 	requireEffects(t, h, map[string]int{"A/order-1#1": 1, "A/order-1#2": 1, "B/order-1#1": 1, "B/order-1#2": 1})
 	if got, want := a.order(), []string{"order-1#2", "order-1#1"}; !slices.Equal(got, want) {
 		t.Fatalf("A applied %v; want %v: e2 past the parked e1, e1 on its retry", got, want)
+	}
+}
+
+// requireOvertaken wants id to be consumer's only parked share, not
+// waiting, overtaken by n later events of its key.
+func requireOvertaken(t *testing.T, table parkedTable, consumer string, id uuid.UUID, n int, why string) {
+	t.Helper()
+	parked, err := table.ListParked(t.Context(), consumer, uuid.Nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parked) != 1 || parked[0].ID != id || parked[0].Waiting || parked[0].Overtaken != n {
+		got := make([]string, len(parked))
+		for i, p := range parked {
+			got[i] = fmt.Sprintf("%s (waiting %v, overtaken by %d)", p.ID, p.Waiting, p.Overtaken)
+		}
+		t.Fatalf("%s's parked shares: %v; want %s alone, overtaken by %d (%s)", consumer, got, id, n, why)
 	}
 }
 
@@ -239,7 +281,7 @@ func testRetriedKeyStopsAtANewFailure[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 	r := registry(t)
 	d := dispatcher(t, h, r)
-	a := keyOrderSetup(t, h, d, "order-1#1")
+	a := keyOrderSetup(t, h, d, nil, "order-1#1")
 	e1, e2, e3 := event(t, r, "order-1", 1), event(t, r, "order-1", 2), event(t, r, "order-1", 3)
 	for _, m := range []outbox.Message{e1, e2, e3} {
 		publish(t, d, m, "A fails for good on e1")
