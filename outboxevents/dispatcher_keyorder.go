@@ -49,14 +49,29 @@ type parkedShares interface {
 // would be counted on its own row as overtaking it.
 func (d *Dispatcher[TTx]) leftToRetryParked(ctx context.Context, h *handler[TTx], m outbox.Message) (bool, error) {
 	if d.keys != nil && !d.skip && m.Key != "" {
-		// One statement: m's share parked already is its key's head or
-		// waits behind it, so the head it returns covers both cases.
-		head, err := d.keys.ParkBehind(ctx, h.name, m)
-		if err != nil {
-			return false, fmt.Errorf("looking for its parked shares of key %q failed: %w", m.Key, err)
-		}
-		return head != uuid.Nil, nil
+		return d.held(ctx, h, m)
 	}
+	return d.parkedShare(ctx, h, m)
+}
+
+// held parks h's share of m as waiting when h has a parked share of m's key,
+// and reports whether m is held: the handler is not run on it now. A share
+// already parked (the relay retried the event for another handler) is held
+// too: only RetryParked runs it, as the key's head.
+func (d *Dispatcher[TTx]) held(ctx context.Context, h *handler[TTx], m outbox.Message) (bool, error) {
+	if d.keys == nil || d.skip || m.Key == "" {
+		return false, nil
+	}
+	head, err := d.keys.ParkBehind(ctx, h.name, m)
+	if err != nil {
+		return false, fmt.Errorf("looking for its parked shares of key %q failed: %w", m.Key, err)
+	}
+	return head != uuid.Nil, nil
+}
+
+// parkedShare reports whether h's share of m is parked, where no key holds
+// it: m has no key, or the dispatcher skips parked shares in key order.
+func (d *Dispatcher[TTx]) parkedShare(ctx context.Context, h *handler[TTx], m outbox.Message) (bool, error) {
 	if d.shares == nil {
 		return false, nil
 	}
