@@ -48,12 +48,6 @@ type openClaim struct {
 	rows     map[uuid.UUID]storedRow
 	deadline time.Time   // the end of the lease
 	expiry   *time.Timer // rolls the claim back at deadline
-	// span is where the claim's rows were in the pending index, for the
-	// store's other claims to pass over (nil: none to pass over, or rows
-	// put back pending within it); opened numbers the claim among the
-	// store's (see claimedSpans).
-	span   *claimedSpan
-	opened uint64
 }
 
 // openClaimConn is the connection of an open claim, and the place it takes
@@ -178,9 +172,6 @@ func (h *openClaims) rollBack(store *Store) {
 // and opens the next claim's on the same connection.
 func (s *Store) exchangeOpen(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
 	prev := allOpenClaims.take(settle.Token)
-	if prev != nil && prev.span != nil && !putsBackPending(prev, settle) {
-		s.spans.settle(*prev.span)
-	}
 	var conn *openClaimConn
 	switch {
 	case prev != nil:
@@ -217,7 +208,6 @@ func (s *Store) exchangeOpen(ctx context.Context, settle outboxdriver.Settlement
 		}
 	}
 	b := &pgx.Batch{}
-	var passed *claimedSpan // the spans the claim passes over, if any
 	if prev != nil {
 		queuePutBack(b, prev, settle, true)
 		b.Queue(`COMMIT`)
@@ -231,12 +221,7 @@ func (s *Store) exchangeOpen(ctx context.Context, settle outboxdriver.Settlement
 		if s.opts.OrderByKey {
 			b.Queue(genericPlans) // see exchangeLeased
 		}
-		if past, ok := s.spans.passOver(s); ok && !s.opts.OrderByKey {
-			passed = &past
-			b.Queue(s.claimPastSpans, past.claimArgs(claim.Limit)...)
-		} else {
-			b.Queue(s.stmts.claim, claim.Limit)
-		}
+		b.Queue(s.stmts.claim, claim.Limit)
 	}
 	claimed := time.Now()
 	br := conn.SendBatch(ctx, b)
@@ -252,16 +237,7 @@ func (s *Store) exchangeOpen(ctx context.Context, settle outboxdriver.Settlement
 		conn.Release() // closed if a transaction is left open: it rolls back
 		return nil, exchangeError(s.Name(), settle, claim, err)
 	}
-	open := &openClaim{store: s, conn: conn, rows: res.stored, deadline: claimed.Add(claim.Lease), opened: s.spans.opened()}
-	if !s.opts.OrderByKey {
-		var after *indexKey
-		if passed != nil {
-			after = &passed.last // rows before or within the spans are few and scattered
-		}
-		if sp, ok := spanOf(res.msgs, after); ok {
-			open.span = &sp
-		}
-	}
+	open := &openClaim{store: s, conn: conn, rows: res.stored, deadline: claimed.Add(claim.Lease)}
 	if len(res.undecodable) > 0 {
 		// As exchangeLeased does: dead letters, within the claim.
 		if err := putBackNow(ctx, open, outboxdriver.Settlement{Dead: res.undecodable}); err != nil {
@@ -315,9 +291,6 @@ func putBackNow(ctx context.Context, claim *openClaim, settle outboxdriver.Settl
 	queuePutBack(b, claim, settle, false)
 	if err := claim.conn.SendBatch(ctx, b).Close(); err != nil {
 		return err
-	}
-	if len(settle.Release) > 0 || len(settle.Retry) > 0 {
-		claim.span = nil // free rows within it once the claim commits
 	}
 	for _, id := range settle.Release {
 		delete(claim.rows, id)

@@ -39,12 +39,6 @@ type Store struct {
 	// claim (see openClaimPlaces).
 	leasedClaim   string
 	noPlaceWarned atomic.Bool // the warning that says so, logged once
-
-	// claimPastSpans and spans, with TransactionLeases: the unordered
-	// claim that passes over the rows of the store's other claims (see
-	// claimedSpans).
-	claimPastSpans string
-	spans          claimedSpans
 }
 
 // The interfaces Store implements.
@@ -73,7 +67,6 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s := &Store{names: n, opts: opts, pool: pool, stmts: newStatements(n, opts)}
 	if opts.TransactionLeases {
 		s.leasedClaim = leasedClaimBesideOpen(n, opts)
-		s.claimPastSpans = claimPastSpans(n)
 	}
 	s.ins = newInserter(n, &s.stmts, opts.Notify)
 	return s, nil
