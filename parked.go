@@ -39,6 +39,14 @@ type ParkedMessage struct {
 	// RetryRequested is true from an operator's request to retry it until a
 	// consumer process takes it.
 	RetryRequested bool
+	// TakenAt is when a consumer process took it for a retry (TakeRetries,
+	// TakeNextWaiting): it is in that process's handler until the process
+	// unparks it or parks it again, and an operator's retry or discard
+	// leaves it alone meanwhile. It is the zero time when no process has
+	// it. A process that stopped while it had the message leaves it taken:
+	// `outbox inbox parked retry --force` (or discard --force) takes it
+	// back.
+	TakenAt time.Time
 	// Waiting is true for a message the handler never ran on: it was
 	// parked because an earlier message of its key was (key order, see
 	// KeyParkStore). It is applied, in arrival order, once the messages

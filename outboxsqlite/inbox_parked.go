@@ -21,20 +21,26 @@ var _ outbox.KeyParkStore = (*InboxTable)(nil)
 // an inbox table: <table>_parked, one row per consumer and parked message.
 // Times are microseconds since the Unix epoch, as in the inbox table.
 type parkedStatements struct {
-	name   string // main.table_parked
-	create string
-	park   string // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 attempts, ?10 now
-	take   string // ?1 consumer, ?2 limit
-	list   string // ?1 consumer or '', ?2 after, ?3 limit
-	get    string // ?1 consumer or '', ?2 id
-	retry  string // ?1 consumer, ?2 JSON array of ids (empty: all)
-	remove string // ?1 consumer, ?2 JSON array of ids: an unpark or a discard
-	counts string
+	name    string // main.table_parked
+	create  string
+	park    string // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 attempts, ?10 now
+	take    string // ?1 consumer, ?2 limit, ?3 now
+	list    string // ?1 consumer or '', ?2 after, ?3 limit
+	get     string // ?1 consumer or '', ?2 id
+	retry   string // ?1 consumer, ?2 JSON array of ids (empty: all)
+	remove  string // ?1 consumer, ?2 JSON array of ids: an unpark
+	discard string // ?1 consumer, ?2 JSON array of ids
+	counts  string
+
+	parkAgain string // ?1 consumer, ?2 id, ?3 error, ?4 attempts, ?5 now
+	forget    string // ?1 consumer, ?2 JSON array of ids (empty: all)
+	stalled   string
+	taken     string
 
 	addCols   map[string]string // column -> the ALTER TABLE that adds it to a table of an older release
 	head      string            // ?1 consumer, ?2 key
 	behind    string            // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 now
-	next      string            // ?1 consumer, ?2 key
+	next      string            // ?1 consumer, ?2 key, ?3 now
 	release   string            // ?1 consumer, ?2 JSON array of the deleted rows' [key, seq]
 	overtaken string            // ?1 consumer, ?2 key
 	waiting   string
@@ -43,7 +49,7 @@ type parkedStatements struct {
 // parkedColumns are the columns scanParked reads, from the table aliased
 // p; parkedSelect adds behind (a waiting message's key's first parked
 // message) for a SELECT, parkedReturning leaves it NULL for a RETURNING.
-const parkedColumns = `p.consumer, p.message_id, p.topic, p.key, p.headers, p.payload, p.created_at, p.error, p.attempts, p.parked_at, p.retry_requested, p.waiting, p.overtaken`
+const parkedColumns = `p.consumer, p.message_id, p.topic, p.key, p.headers, p.payload, p.created_at, p.error, p.attempts, p.parked_at, p.retry_requested, p.waiting, p.overtaken, p.taken_at`
 
 func parkedSelect(q string) string {
 	return parkedColumns + `, CASE WHEN p.waiting THEN (
@@ -52,7 +58,7 @@ func parkedSelect(q string) string {
 
 // parkedReturning is parkedColumns without the alias, which SQLite's
 // RETURNING does not take.
-const parkedReturning = `consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, retry_requested, waiting, overtaken, NULL`
+const parkedReturning = `consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, retry_requested, waiting, overtaken, taken_at, NULL`
 
 // parkedKeyFirst is true of a row p that is the first parked message of its
 // key for its consumer, in arrival order (seq), in table q.
@@ -84,6 +90,7 @@ func newParkedStatements(table string) (parkedStatements, error) {
 	seq             INTEGER NOT NULL DEFAULT 0,
 	waiting         INTEGER NOT NULL DEFAULT 0,
 	overtaken       INTEGER NOT NULL DEFAULT 0,
+	taken_at        INTEGER NULL,
 	PRIMARY KEY (consumer, message_id)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(name+"_retry_idx") + ` ON ` + q + ` (consumer, parked_at) WHERE retry_requested;
@@ -94,26 +101,45 @@ CREATE INDEX IF NOT EXISTS ` + sqlident.Quote(name+"_key_idx") + ` ON ` + q + ` 
 			"seq":       `ALTER TABLE ` + q + ` ADD COLUMN seq INTEGER NOT NULL DEFAULT 0`,
 			"waiting":   `ALTER TABLE ` + q + ` ADD COLUMN waiting INTEGER NOT NULL DEFAULT 0`,
 			"overtaken": `ALTER TABLE ` + q + ` ADD COLUMN overtaken INTEGER NOT NULL DEFAULT 0`,
+			"taken_at":  `ALTER TABLE ` + q + ` ADD COLUMN taken_at INTEGER NULL`,
 		},
 		// Write transactions take turns, so max(seq) + 1 is the arrival
 		// order. A message parked after a failure is a key's head: it
 		// waits for nobody, even when it was retried from waiting.
 		park: `INSERT INTO ` + q + ` (consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, seq)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, (SELECT coalesce(max(seq), 0) + 1 FROM ` + q + `))
-ON CONFLICT (consumer, message_id) DO UPDATE SET error = excluded.error, attempts = excluded.attempts, parked_at = excluded.parked_at, retry_requested = 0, waiting = 0`,
+ON CONFLICT (consumer, message_id) DO UPDATE SET error = excluded.error, attempts = excluded.attempts, parked_at = excluded.parked_at, retry_requested = 0, waiting = 0,
+	taken_at = NULL`,
 		// A waiting message is taken only as its key's first (RequestRetry
 		// marks no other, but a retry requested before the message ahead
 		// of it was parked again may remain).
-		take: `UPDATE ` + q + ` SET retry_requested = 0 WHERE (consumer, message_id) IN (
+		// The message is taken: in the taker's handler until it unparks
+		// or parks it again. ?3 now.
+		take: `UPDATE ` + q + ` SET retry_requested = 0, taken_at = ?3 WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND retry_requested AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
 	ORDER BY parked_at LIMIT ?2) AND retry_requested
 RETURNING ` + parkedReturning,
 		list: `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id > ?2 ORDER BY message_id, consumer LIMIT ?3`,
 		get:  `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id = ?2 ORDER BY consumer LIMIT 2`,
+		// A taken message is in a handler: requested again, a second
+		// process would take it.
 		retry: `UPDATE ` + q + ` SET retry_requested = 1 WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND (?2 = '[]' OR message_id IN (SELECT value FROM json_each(?2)))
-	AND (NOT waiting OR ` + parkedKeyFirst(q) + `))`,
+	AND taken_at IS NULL AND (NOT waiting OR ` + parkedKeyFirst(q) + `))`,
 		remove: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id IN (SELECT value FROM json_each(?2)) RETURNING key, seq`,
+		// A taken message is in a handler: discarded, its key would go
+		// on while it is applied, and a failure would park it again as
+		// a new head.
+		discard: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id IN (SELECT value FROM json_each(?2)) AND taken_at IS NULL RETURNING key, seq`,
+		// In place: the row keeps its seq, its place in its key's order.
+		parkAgain: `UPDATE ` + q + ` SET error = ?3, attempts = ?4, parked_at = ?5, retry_requested = 0, waiting = 0, taken_at = NULL
+WHERE consumer = ?1 AND message_id = ?2`,
+		forget: `UPDATE ` + q + ` SET taken_at = NULL WHERE consumer = ?1 AND (?2 = '[]' OR message_id IN (SELECT value FROM json_each(?2))) AND taken_at IS NOT NULL`,
+		// First of its key and waiting, yet nobody requested it nor took
+		// it: nothing will apply it, nor the rest of its key.
+		stalled: `SELECT consumer, count(*) FROM ` + q + ` AS p WHERE waiting AND NOT retry_requested AND taken_at IS NULL AND ` + parkedKeyFirst(q) + `
+GROUP BY consumer ORDER BY consumer`,
+		taken:  `SELECT consumer, count(*) FROM ` + q + ` WHERE taken_at IS NOT NULL GROUP BY consumer ORDER BY consumer`,
 		counts: `SELECT consumer, count(*) FROM ` + q + ` GROUP BY consumer ORDER BY consumer`,
 		head:   `SELECT message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1`,
 		behind: `INSERT INTO ` + q + ` (consumer, message_id, topic, key, headers, payload, created_at, error, attempts, parked_at, waiting, seq)
@@ -122,7 +148,7 @@ ON CONFLICT (consumer, message_id) DO NOTHING`,
 		// The unpark before it requested the retry of the next waiting
 		// message: next and take each take it only by clearing that
 		// request, so one of them hands it out, never both.
-		next: `UPDATE ` + q + ` SET retry_requested = 0 WHERE (consumer, message_id) IN (
+		next: `UPDATE ` + q + ` SET retry_requested = 0, taken_at = ?3 WHERE (consumer, message_id) IN (
 	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1) AND waiting AND retry_requested
 RETURNING ` + parkedReturning,
 		// A deleted head (unparked or discarded) passes its key on: the
@@ -154,10 +180,11 @@ func scanParked(rows *sql.Rows) ([]outbox.ParkedMessage, error) {
 			payload             []byte
 			retry, attemptsRead int64
 			waiting, overtaken  int64
+			takenAt             sql.NullInt64
 			behind              sql.NullString
 		)
 		if err := rows.Scan(&p.Consumer, &id, &p.Topic, &p.Key, &headers, &payload, &createdAt, &p.Error, &attemptsRead, &parkedAt, &retry,
-			&waiting, &overtaken, &behind); err != nil {
+			&waiting, &overtaken, &takenAt, &behind); err != nil {
 			return nil, err
 		}
 		var err error
@@ -182,6 +209,9 @@ func scanParked(rows *sql.Rows) ([]outbox.ParkedMessage, error) {
 		p.Attempts = int(attemptsRead)
 		p.ParkedAt = time.UnixMicro(parkedAt).UTC()
 		p.RetryRequested = retry != 0
+		if takenAt.Valid {
+			p.TakenAt = time.UnixMicro(takenAt.Int64).UTC()
+		}
 		parked = append(parked, p)
 	}
 	return parked, rows.Err()
@@ -234,7 +264,7 @@ func parkedFields(m outbox.Message) (headers sql.NullString, payload []byte, cre
 func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int) ([]outbox.Message, error) {
 	var parked []outbox.ParkedMessage
 	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, t.parked.take, consumer, limit)
+		rows, err := tx.QueryContext(ctx, t.parked.take, consumer, limit, time.Now().UnixMicro())
 		if err != nil {
 			return err
 		}
@@ -255,7 +285,7 @@ func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int
 // was its key's first, the key's next message, if it waits, is requested
 // for a retry in the same transaction (outbox.KeyParkStore).
 func (t *InboxTable) Unpark(ctx context.Context, consumer string, id uuid.UUID) error {
-	if _, err := t.deleteParked(ctx, consumer, []uuid.UUID{id}); err != nil {
+	if _, err := t.deleteParked(ctx, t.parked.remove, consumer, []uuid.UUID{id}); err != nil {
 		return fmt.Errorf("outboxsqlite: unpark message %s of consumer %q in %s: %w", id, consumer, t.parked.name, err)
 	}
 	return nil
@@ -315,7 +345,9 @@ func (t *InboxTable) GetParked(ctx context.Context, consumer string, id uuid.UUI
 // RequestRetry asks the running processes of consumer to handle its parked
 // messages ids again (all of them when no id is given), and returns how many
 // parked messages it found. One of the processes takes each request
-// (TakeRetries) within its consumer's retry poll.
+// (TakeRetries) within its consumer's retry poll. A message a process took
+// already (ParkedMessage.TakenAt) is left alone, not counted: it is in a
+// handler; ForgetTaken first if that process stopped.
 func (t *InboxTable) RequestRetry(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error) {
 	if consumer == "" {
 		return 0, errors.New("outboxsqlite: request a retry of parked messages: no consumer; name the consumer that parked them")
@@ -330,7 +362,10 @@ func (t *InboxTable) RequestRetry(ctx context.Context, consumer string, ids ...u
 // DiscardParked deletes consumer's parked messages ids for good, and returns
 // how many it found. With no ids it deletes nothing. A discarded head of a
 // key passes the key on: its next message, if it waits, is requested for a
-// retry, and the consumer applies it and those behind it in order.
+// retry, and the consumer applies it and those behind it in order. A
+// message a consumer process took for a retry (ParkedMessage.TakenAt) is
+// left alone, not counted: it is in a handler; ForgetTaken first if that
+// process stopped.
 func (t *InboxTable) DiscardParked(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error) {
 	if consumer == "" {
 		return 0, errors.New("outboxsqlite: discard parked messages: no consumer; name the consumer that parked them")
@@ -338,21 +373,22 @@ func (t *InboxTable) DiscardParked(ctx context.Context, consumer string, ids ...
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := t.deleteParked(ctx, consumer, ids)
+	n, err := t.deleteParked(ctx, t.parked.discard, consumer, ids)
 	if err != nil {
 		return 0, fmt.Errorf("outboxsqlite: discard parked messages of consumer %q in %s: %w", consumer, t.parked.name, err)
 	}
 	return n, nil
 }
 
-// deleteParked deletes consumer's parked messages ids, and passes on the
-// keys whose first message it deleted (release), in one transaction. It
-// returns how many it deleted.
-func (t *InboxTable) deleteParked(ctx context.Context, consumer string, ids []uuid.UUID) (int, error) {
+// deleteParked deletes consumer's parked messages ids with remove (remove
+// or discard), and passes on the keys whose first message it deleted
+// (release), in one transaction. It returns how many it deleted. Writers
+// take turns, so two deletes of one key never overlap.
+func (t *InboxTable) deleteParked(ctx context.Context, remove, consumer string, ids []uuid.UUID) (int, error) {
 	var deleted [][2]any // key, seq
 	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
 		deleted = deleted[:0]
-		rows, err := tx.QueryContext(ctx, t.parked.remove, consumer, idsJSON(ids))
+		rows, err := tx.QueryContext(ctx, remove, consumer, idsJSON(ids))
 		if err != nil {
 			return err
 		}
@@ -473,7 +509,7 @@ func (t *InboxTable) ParkBehind(ctx context.Context, consumer string, m outbox.M
 func (t *InboxTable) TakeNextWaiting(ctx context.Context, consumer, key string) (outbox.Message, bool, error) {
 	var parked []outbox.ParkedMessage
 	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, t.parked.next, consumer, key)
+		rows, err := tx.QueryContext(ctx, t.parked.next, consumer, key, time.Now().UnixMicro())
 		if err != nil {
 			return err
 		}

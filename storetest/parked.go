@@ -26,6 +26,14 @@ type ParkedTable interface {
 	DiscardParked(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
 	ParkedCounts(ctx context.Context) (map[string]int64, error)
 	WaitingCounts(ctx context.Context) (map[string]int64, error)
+
+	// A consumer process's end of a retry, and the operator's view of
+	// the messages processes took.
+	UnparkRetried(ctx context.Context, consumer string, id uuid.UUID) (bool, error)
+	ParkRetried(ctx context.Context, consumer string, m outbox.Message, attempts int, reason string) (bool, error)
+	ForgetTaken(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
+	StalledCounts(ctx context.Context) (map[string]int64, error)
+	TakenCounts(ctx context.Context) (map[string]int64, error)
 }
 
 // parkedCases are the cases of RunInbox for InboxHarness.Parked.
@@ -48,6 +56,11 @@ func parkedCases() []struct {
 		{"the next waiting message is handed out once, by TakeNextWaiting or as the retry its unpark requested", testParkedNextWaitingTakenOnce},
 		{"unparking a later message of a key does not request its first again", testParkedUnparkOfALaterMessageKeepsTheFirst},
 		{"discarding a message waiting behind its key's first does not request that first again", testParkedDiscardOfALaterMessageKeepsTheFirst},
+		{"a message taken for a retry is neither discarded nor handed out again until its process unparks or parks it", testParkedTakenIsLeftAlone},
+		{"a retry of all a consumer's messages while a key's chain runs does not hand out again the message the chain took", testParkedRetryOfAllLeavesTheChainAlone},
+		{"a retried message that fails again is parked again as its key's first", testParkedRetriedAndParkedAgainKeepsItsPlace},
+		{"a message a stopped process took is taken back by forgetting it was taken, and a key nobody will go on with is counted stalled", testParkedForgetTakenAndStalled},
+		{"a retry's end tells whether the message was still parked, and parks nothing that was discarded", testParkedRetryEndSeesADiscard},
 	}
 }
 
@@ -400,6 +413,9 @@ func testParkedRetryTakenOnce(t *testing.T, p ParkedTable) {
 		t.Fatalf("message %s after it was taken: RetryRequested still true; want it cleared (the message stays parked until unparked)", a.ID)
 	}
 
+	// It failed again: parked again, no process has it.
+	park(t, p, "billing", a, 5, "failed again")
+
 	// No ids: every parked message of the consumer, not another's.
 	requestRetry(t, p, "billing", 3)
 	first, second := takeRetries(t, p, "billing", 2), takeRetries(t, p, "billing", 2)
@@ -412,6 +428,7 @@ func testParkedRetryTakenOnce(t *testing.T, p ParkedTable) {
 
 	// A retried message that fails again is parked again, its request
 	// cleared.
+	park(t, p, "billing", b, 5, "failed again")
 	requestRetry(t, p, "billing", 1, b.ID)
 	park(t, p, "billing", b, 5, "failed again")
 	if got := takeRetries(t, p, "billing", 10); len(got) != 0 {

@@ -1,0 +1,70 @@
+package outboxsqlite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+)
+
+// UnparkRetried unparks consumer's parked message id, which a consumer
+// process took for a retry and applied, as Unpark does, and reports whether
+// it was still parked: false if an operator discarded it meanwhile (discard
+// --force), and its key went on without it.
+func (t *InboxTable) UnparkRetried(ctx context.Context, consumer string, id uuid.UUID) (bool, error) {
+	n, err := t.deleteParked(ctx, t.parked.remove, consumer, []uuid.UUID{id})
+	if err != nil {
+		return false, fmt.Errorf("outboxsqlite: unpark message %s of consumer %q in %s: %w", id, consumer, t.parked.name, err)
+	}
+	return n > 0, nil
+}
+
+// ParkRetried parks again consumer's message m, which a consumer process
+// took for a retry and whose handler failed again, in place: it keeps its
+// place in its key's order (the key's first) with the new error and
+// attempts, and is no longer taken. It reports whether m was still parked;
+// a message an operator discarded meanwhile is not parked again.
+func (t *InboxTable) ParkRetried(ctx context.Context, consumer string, m outbox.Message, attempts int, reason string) (bool, error) {
+	n, err := t.writeCount(ctx, t.parked.parkAgain, consumer, m.ID.String(), reason, attempts, time.Now().UnixMicro())
+	if err != nil {
+		return false, fmt.Errorf("outboxsqlite: park message %s of consumer %q again in %s: %w", m.ID, consumer, t.parked.name, err)
+	}
+	return n > 0, nil
+}
+
+// ForgetTaken clears the mark of consumer's parked messages ids (all of
+// them when no id is given) that a consumer process took for a retry
+// (ParkedMessage.TakenAt), and returns how many it cleared: an operator
+// tells that the process stopped before it unparked or parked them again,
+// and RequestRetry or DiscardParked then work on them. If the process is in
+// fact still handling one, a retry requested now hands it to a second
+// process.
+func (t *InboxTable) ForgetTaken(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error) {
+	if consumer == "" {
+		return 0, errors.New("outboxsqlite: forget taken parked messages: no consumer; name the consumer that parked them")
+	}
+	n, err := t.writeCount(ctx, t.parked.forget, consumer, idsJSON(ids))
+	if err != nil {
+		return 0, fmt.Errorf("outboxsqlite: forget taken parked messages of consumer %q in %s: %w", consumer, t.parked.name, err)
+	}
+	return n, nil
+}
+
+// StalledCounts counts each consumer's parked messages that are first of
+// their key and wait, with no retry requested and no process that took
+// them: nothing will apply them, nor the rest of their key, until an
+// operator requests their retry (consumers with none are left out).
+func (t *InboxTable) StalledCounts(ctx context.Context) (map[string]int64, error) {
+	return t.countParked(ctx, t.parked.stalled)
+}
+
+// TakenCounts counts each consumer's parked messages that a consumer
+// process took for a retry and has not yet unparked or parked again
+// (consumers with none are left out).
+func (t *InboxTable) TakenCounts(ctx context.Context) (map[string]int64, error) {
+	return t.countParked(ctx, t.parked.taken)
+}
