@@ -37,7 +37,12 @@ func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, lanesCfg c
 	// A deleted queue cancels the consumer but leaves the channel open: the
 	// deliveries end and no close ever comes.
 	cancelled := ch.NotifyCancel(make(chan string, 1))
-	deliveries, err := ch.ConsumeWithContext(ctx, cfg.Queue, "", false, false, false, false, nil)
+	// Not ctx: when it ends, amqp091 would cancel the consumer (basic.cancel)
+	// while its unacknowledged messages stay with this channel until the
+	// connection closes. On a single-active-consumer queue the broker then
+	// activates the standby at once, which gets the key's later messages
+	// before these come back: closing the connection returns them first.
+	deliveries, err := ch.ConsumeWithContext(context.WithoutCancel(ctx), cfg.Queue, "", false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("consume queue %s: %w", cfg.Queue, err)
 	}

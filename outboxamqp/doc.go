@@ -109,6 +109,19 @@
 //   - consuming again after any of these: logged at INFO level.
 //
 // Consume declares nothing, as the publisher: the queue and its bindings are
-// the deployment's. Consume owns its connection, so no failure of the broker
-// ends it: it returns only when its context ends.
+// the deployment's. DeclareQueue declares one for it (or Queue.Arguments
+// gives the arguments to a deployment that declares its own). Consume owns
+// its connection, so no failure of the broker ends it: it returns only when
+// its context ends.
+//
+// # Key order with several processes
+//
+// Consume keeps each key's order within its process. Several processes on
+// one plain queue share every key round-robin and apply it out of order.
+// A queue declared with Queue.SingleActiveConsumer delivers to one process
+// at a time and keeps key order across them: the others are standbys, and
+// one takes over when the active one goes (a stopping Consume closes its
+// connection without cancelling its consumer first, so the messages it held
+// go back to the queue before the standby is activated). See
+// docs/consumers.md for the set-ups of each broker.
 package outboxamqp
