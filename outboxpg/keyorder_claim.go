@@ -144,7 +144,7 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 ), leased_head AS (
 	-- spec §4.11 leased_head
 	{lease} t.ctid = ANY(ARRAY(SELECT ctid FROM taken_head))
-	RETURNING {message_columns}, t.seq, t.ctid
+	RETURNING {message_columns}, t.seq, t.ctid{overtaken}
 ), missed_head AS (
 	-- spec §4.11 missed_head: locked but not leased (a new version), so its run stays
 	SELECT key FROM taken_head WHERE key <> '' AND id NOT IN (SELECT id FROM leased_head)
@@ -153,7 +153,7 @@ WITH RECURSIVE walk (key, ctid, n) AS (
 	{lease} t.ctid = ANY(ARRAY(
 		SELECT w.ctid FROM wanted AS w LEFT JOIN gap AS g ON g.key = w.key
 		WHERE (g.r IS NULL OR w.r < g.r) AND w.key NOT IN (SELECT key FROM missed_head)))
-	RETURNING {message_columns}, t.seq, t.ctid
+	RETURNING {message_columns}, t.seq, t.ctid{overtaken}
 )
 SELECT {message_columns}, {claimed_columns} FROM (
 	SELECT * FROM leased_head UNION ALL SELECT * FROM leased_run) AS leased`

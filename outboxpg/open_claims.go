@@ -98,6 +98,10 @@ type storedRow struct {
 	msg     outbox.Message
 	headers []byte // as stored; nil for NULL
 	seq     int64
+	// overtaken is the row's count of the messages that overtook it, read
+	// only by a store that skips dead messages in key order (0 otherwise),
+	// so that a message retried by force keeps it when put back.
+	overtaken int32
 }
 
 // put keeps claim under token until it is taken or its lease ends.
@@ -350,7 +354,7 @@ func queuePutBack(b *pgx.Batch, claim *openClaim, settle outboxdriver.Settlement
 		return
 	}
 	b.Queue(claim.store.stmts.putBack, p.ids, p.topics, p.keys, p.payloads, p.headers, p.createdAts, p.availableAts,
-		p.attempts, p.lastErrors, p.statuses, p.seqs, p.delays)
+		p.attempts, p.lastErrors, p.statuses, p.seqs, p.delays, p.overtaken)
 	if claim.store.opts.OrderByKey && len(retried) > 0 {
 		b.Queue(claim.store.stmts.postponeHeld, retried)
 	}
@@ -363,7 +367,7 @@ type putBackArgs struct {
 	payloads                 [][]byte
 	headers, lastErrors      []pgtype.Text
 	createdAts, availableAts []time.Time
-	attempts                 []int32
+	attempts, overtaken      []int32
 	seqs, delays             []int64
 }
 
@@ -388,6 +392,7 @@ func (p *putBackArgs) add(rows map[uuid.UUID]storedRow, id uuid.UUID, status out
 	p.statuses = append(p.statuses, string(status))
 	p.seqs = append(p.seqs, row.seq)
 	p.delays = append(p.delays, delay)
+	p.overtaken = append(p.overtaken, row.overtaken)
 	return true
 }
 

@@ -24,8 +24,8 @@ type statements struct {
 	settleRetryKeyOrder string // as settleRetry, then the move of postponeHeld for the retries that applied
 	postponeHeld        string // $1 ids of retried messages; key order only
 	settleDead          string // $1 ids, $2 errors, $3 token
-	claim               string // $1 lease in microseconds, $2 token, $3 limit (TransactionLeases: $1 limit); returns claimedColumns
-	putBack             string // TransactionLeases: rows an open claim deleted, back with their outcome (see putBackArgs)
+	claim               string // $1 lease in microseconds, $2 token, $3 limit (TransactionLeases: $1 limit); returns claimedColumns, then overtaken when skipping dead messages in key order
+	putBack             string // TransactionLeases: rows an open claim deleted, back with their outcome (see putBackArgs); $13 overtaken, written only when skipping dead messages in key order
 	release             string // $1 ids, $2 token
 	nextDue             string
 	purge               string // $1 age in microseconds, $2 limit
@@ -196,12 +196,24 @@ func buildStatements(n names, orderByKey, deadHolds bool, lease leaseMode, besid
 		}
 		return w(free("")) + "\n\tUNION\n\t" + w("")
 	}
+	// A store that skips dead messages counts, on each dead message, the
+	// messages that overtake it (migration 6); a dead message retried by
+	// force keeps its count while pending. An open claim deletes its rows
+	// and puts back those it does not publish, so its claims return the
+	// count ({claimed_columns}, {overtaken}) and putBack writes it back
+	// ({overtaken_column}, {overtaken_value}). Other stores, which may run
+	// on a table without the column, leave it out.
+	claimed, overtaken, overtakenColumn, overtakenValue := claimedColumns, "", "", ""
+	if orderByKey && !deadHolds {
+		claimed, overtaken, overtakenColumn, overtakenValue = claimedColumns+", overtaken", ", t.overtaken", ", overtaken", ", m.overtaken"
+	}
 	r := strings.NewReplacer("{t}", n.qTable, "{head_of_key}", headOfKey, "{is_head}", isHead, "{lease}", leaseRows, "{limit}", limit,
 		"{oldest_window}", window("available_at, id"), "{newest_window}", window("available_at DESC, id DESC"), "{free_o}", free("o."),
 		"{not_behind_dead}", notBehindDead, "{dead_floor}", deadFloor, "{run_after_h}", runAfter("h", "{limit} / {keys_per_claim}"),
 		"{run_after_c}", runAfter("c", "s.each"), "{run_after_g}", runAfter("g", "s.each"),
 		"{walk_limit}", strconv.Itoa(outboxdriver.KeyWalkLimit), "{window}", strconv.Itoa(outboxdriver.KeyWindow),
-		"{message_columns}", messageColumns, "{claimed_columns}", strings.ReplaceAll(claimedColumns, "{t}", n.qTable), "{keys_per_claim}", strconv.Itoa(keysPerClaim))
+		"{message_columns}", messageColumns, "{claimed_columns}", strings.ReplaceAll(claimed, "{t}", n.qTable), "{keys_per_claim}", strconv.Itoa(keysPerClaim),
+		"{overtaken}", overtaken, "{overtaken_column}", overtakenColumn, "{overtaken_value}", overtakenValue)
 	// Twice: the windows hold placeholders of their own.
 	sql := func(s string) string { return r.Replace(r.Replace(strings.TrimSpace(s))) }
 
@@ -297,14 +309,14 @@ END`)
 		// a delay is given (-1 keeps it). Times count from the statement:
 		// the transaction began at the claim.
 		putBack: sql(`
-INSERT INTO {t} (id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at, seq)
+INSERT INTO {t} (id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, published_at, seq{overtaken_column})
 OVERRIDING SYSTEM VALUE
 SELECT m.id, m.topic, m.key, m.payload, m.headers::jsonb, m.created_at,
 	CASE WHEN m.delay_us < 0 THEN m.available_at ELSE statement_timestamp() + m.delay_us * interval '1 microsecond' END,
-	m.attempts, m.last_error, m.status, CASE WHEN m.status = 'published' THEN statement_timestamp() END, m.seq
+	m.attempts, m.last_error, m.status, CASE WHEN m.status = 'published' THEN statement_timestamp() END, m.seq{overtaken_value}
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::timestamptz[], $7::timestamptz[],
-		$8::int[], $9::text[], $10::text[], $11::bigint[], $12::bigint[])
-	AS m(id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, seq, delay_us)`),
+		$8::int[], $9::text[], $10::text[], $11::bigint[], $12::bigint[], $13::int[])
+	AS m(id, topic, key, payload, headers, created_at, available_at, attempts, last_error, status, seq, delay_us, overtaken)`),
 		settlePublished: sql(`DELETE FROM {t} WHERE id = ANY($1::uuid[]) AND lease_token = $2`),
 		// The file node condition has no column in it: PostgreSQL checks it
 		// once, before the scan. The ids are checked too (see addressBook):

@@ -264,7 +264,12 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, limit int) (res
 	}
 	var tid pgtype.TID
 	var seq int64
-	sc := newMessageScanner(&tid, &res.filenode, &seq)
+	var overtaken int32
+	extra := []any{&tid, &res.filenode, &seq}
+	if s.opts.skipsDead() {
+		extra = append(extra, &overtaken) // see buildStatements
+	}
+	sc := newMessageScanner(extra...)
 	msgs, undecodable, err := sqlrow.Collect(rows, limit, func(rows pgx.Rows) (outbox.Message, error, error) {
 		m, headers, headerErr, err := sc.scan(rows)
 		if res.addresses != nil {
@@ -274,7 +279,7 @@ func (s *Store) readSettleAndClaim(br pgx.BatchResults, settles, limit int) (res
 			seqs[m.ID] = seq
 		}
 		if res.stored != nil {
-			res.stored[m.ID] = storedRow{msg: m, headers: headers, seq: seq}
+			res.stored[m.ID] = storedRow{msg: m, headers: headers, seq: seq, overtaken: overtaken}
 		}
 		return m, headerErr, err
 	})

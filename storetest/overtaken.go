@@ -15,6 +15,7 @@ func init() {
 	keyOrderCases = append(keyOrderCases,
 		testCase{"in key order skipping dead messages, each dead message counts the later messages of its key published past it, by every way a settlement publishes", testKeyOrderSkippingDeadCountsOvertaken},
 		testCase{"in key order a dead message that holds its key is overtaken by none", testKeyOrderHoldingDeadIsNotOvertaken},
+		testCase{"in key order skipping dead messages, an overtaken message retried by force keeps its count through releases and retries, and dies again with it", testKeyOrderForcedRetryKeepsOvertaken},
 	)
 }
 
@@ -133,4 +134,45 @@ func testKeyOrderHoldingDeadIsNotOvertaken(t *testing.T, s *suite) {
 		t.Fatalf("stats with k2, k3 behind dead k1: %d behind dead; want 2", st.BehindDead)
 	}
 	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 0})
+}
+
+// testKeyOrderForcedRetryKeepsOvertaken: a dead message retried by force
+// (outbox dead retry --force) is pending with its count, and whatever its
+// claims do with it (release, retry, dead-letter) keeps that count: dead
+// again, it was still published after the messages that overtook it, and
+// a retry must ask for --force again. With TransactionLeases each outcome
+// puts the row back from what the open claim read.
+func testKeyOrderForcedRetryKeepsOvertaken(t *testing.T, s *suite) {
+	if s.h.KeyOrderedSkippingDead == nil {
+		t.Skip("the harness sets no KeyOrderedSkippingDead store: the store has no option to skip dead messages in key order")
+	}
+	m := keyed("k", "k")
+	k1, k2 := m[0], m[1]
+	s.write(t, m...)
+	token := s.skipClaim(t, 100, k1, k2)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token,
+		Dead: []outboxdriver.Failure{{ID: k1.ID, Error: "rejected"}}, Release: []uuid.UUID{k2.ID}})
+	token = s.skipClaim(t, 1, k2)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{k2.ID}})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 1})
+
+	if n, err := s.h.Admin.RetryDead(t.Context(), k1.ID); err != nil || n != 1 {
+		t.Fatalf("retry of dead message %s: %d, %v; want 1 retried", k1.ID, n, err)
+	}
+	wantPending := func(after string) {
+		t.Helper()
+		if got := s.get(t, k1.ID); got.Status != outbox.StatusPending || got.Overtaken != 1 {
+			t.Fatalf("message %s retried by force, after %s: status %s, overtaken by %d; want pending, overtaken by 1", k1.ID, after, got.Status, got.Overtaken)
+		}
+	}
+	wantPending("the retry")
+	token = s.skipClaim(t, 1, k1)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token, Release: []uuid.UUID{k1.ID}})
+	wantPending("a claim released it")
+	token = s.skipClaim(t, 1, k1)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token, Retry: []outboxdriver.Retry{{ID: k1.ID, Error: "unavailable"}}})
+	wantPending("a claim retried it")
+	token = s.skipClaim(t, 1, k1)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: k1.ID, Error: "rejected again"}}})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 1})
 }
