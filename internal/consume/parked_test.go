@@ -86,6 +86,28 @@ func (p *memParked) remove(consumer string, i int) {
 	}
 }
 
+// UnparkRetried and ParkRetried are the end of a retry, as the inbox
+// tables have it: they report whether the message was still parked.
+func (p *memParked) UnparkRetried(_ context.Context, consumer string, id uuid.UUID) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := p.find(consumer, id)
+	if i >= 0 {
+		p.remove(consumer, i)
+	}
+	return i >= 0, nil
+}
+
+func (p *memParked) ParkRetried(_ context.Context, consumer string, m outbox.Message, _ int, _ string) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := p.find(consumer, m.ID)
+	if i >= 0 {
+		p.rows[i].retry, p.rows[i].waiting = false, false
+	}
+	return i >= 0, nil
+}
+
 func (p *memParked) ParkBehind(_ context.Context, consumer string, m outbox.Message) (uuid.UUID, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/go-outbox/outbox"
 )
 
@@ -13,8 +15,18 @@ import (
 // unparks it, parking it parks it again.
 type retried struct {
 	cfg      Config
+	log      *slog.Logger
 	m        outbox.Message
 	unparked bool // acknowledged: applied and unparked
+}
+
+// retryEnd is a ParkStore that tells the end of a retry whether the
+// message was still parked: an operator may have discarded it while it was
+// in the handler (`outbox inbox parked discard --force`). The inbox tables
+// are.
+type retryEnd interface {
+	UnparkRetried(ctx context.Context, consumer string, id uuid.UUID) (bool, error)
+	ParkRetried(ctx context.Context, consumer string, m outbox.Message, attempts int, reason string) (bool, error)
 }
 
 func (r *retried) Message() outbox.Message { return r.m }
@@ -22,13 +34,40 @@ func (r *retried) Attempt() int            { return 1 }
 func (r *retried) Working()                {}
 
 func (r *retried) Ack(ctx context.Context) error {
-	err := r.cfg.Parked.Unpark(ctx, r.cfg.Consumer, r.m.ID)
-	r.unparked = err == nil
-	return err
+	end, ok := r.cfg.Parked.(retryEnd)
+	if !ok {
+		err := r.cfg.Parked.Unpark(ctx, r.cfg.Consumer, r.m.ID)
+		r.unparked = err == nil
+		return err
+	}
+	found, err := end.UnparkRetried(ctx, r.cfg.Consumer, r.m.ID)
+	if err != nil {
+		return err
+	}
+	if !found {
+		// The discard passed its key on already: the chain is not this
+		// process's to go on with.
+		r.log.Warn("outbox consumer: a retried message was discarded while its handler ran (`outbox inbox parked discard --force`); "+
+			"it was applied nonetheless, maybe after later messages of its key that the discard let go on",
+			slog.String("message_id", r.m.ID.String()), slog.String("key", r.m.Key))
+		return nil
+	}
+	r.unparked = true
+	return nil
 }
 
 func (r *retried) Park(ctx context.Context, attempts int, cause error) error {
-	return r.cfg.Parked.Park(ctx, r.cfg.Consumer, r.m, attempts, cause.Error())
+	end, ok := r.cfg.Parked.(retryEnd)
+	if !ok {
+		return r.cfg.Parked.Park(ctx, r.cfg.Consumer, r.m, attempts, cause.Error())
+	}
+	found, err := end.ParkRetried(ctx, r.cfg.Consumer, r.m, attempts, cause.Error())
+	if err == nil && !found {
+		r.log.Warn("outbox consumer: a retried message was discarded while its handler ran (`outbox inbox parked discard --force`); "+
+			"the handler failed again, and it is not parked again",
+			slog.String("message_id", r.m.ID.String()), slog.String("key", r.m.Key), slog.Any("error", cause))
+	}
+	return err
 }
 
 // RetryParked runs until ctx ends: every cfg.RetryPoll it takes the parked
@@ -77,8 +116,8 @@ func RetryParked(ctx context.Context, cfg Config, fn func(context.Context, outbo
 }
 
 // StartRetrying runs RetryParked in a goroutine, if cfg.Parked is set; stop
-// ends it and waits for it (a message it was handling stays parked, its
-// request taken: retry it again).
+// ends it and waits for it (a message it was handling stays parked, taken
+// by this process: `outbox inbox parked retry --force` retries it again).
 func StartRetrying(ctx context.Context, cfg Config, fn func(context.Context, outbox.Message) error) (stop func()) {
 	if cfg.Parked == nil {
 		return func() {}
@@ -97,7 +136,7 @@ func StartRetrying(ctx context.Context, cfg Config, fn func(context.Context, out
 func retryKey(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Message, fn func(context.Context, outbox.Message) error) {
 	ks := cfg.keyStore()
 	for {
-		r := &retried{cfg: cfg, m: m}
+		r := &retried{cfg: cfg, log: log, m: m}
 		Handle(ctx, cfg, r, fn)
 		if !r.unparked || m.Key == "" || ks == nil {
 			return
