@@ -56,8 +56,14 @@ func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, lanesCfg c
 		case d, ok := <-deliveries:
 			if !ok {
 				select {
-				case <-cancelled:
-					return fmt.Errorf("%w of queue %s", errCancelled, cfg.Queue)
+				case _, ok := <-cancelled:
+					if ok {
+						return fmt.Errorf("%w of queue %s", errCancelled, cfg.Queue)
+					}
+					// amqp091 closes the notifications with the channel:
+					// no cancel came, the channel closed, and closed says
+					// why (or is closed too).
+					return fmt.Errorf("the broker closed the channel: %v", <-closed)
 				case err := <-closed:
 					return fmt.Errorf("the broker closed the channel: %v", err)
 				case <-ctx.Done():

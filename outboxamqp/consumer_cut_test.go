@@ -1,0 +1,58 @@
+package outboxamqp_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/amqptest"
+	"github.com/go-outbox/outbox/internal/proxytest"
+	"github.com/go-outbox/outbox/outboxamqp"
+	"github.com/go-outbox/outbox/relaytest"
+)
+
+// A connection that drops while Consume reads is a failure that passes by
+// itself: logged at WARN level as a lost connection, never at ERROR level
+// as a deleted queue. amqp091 closes the cancel notifications with the
+// channel, and before the fix a closed one read as the broker's
+// basic.cancel about half of the time. Ten cuts make a miss unlikely
+// (one in a thousand).
+func TestAConnectionCutWhileConsumingIsLoggedAsALostConnectionNotAsADeletedQueue(t *testing.T) {
+	t.Parallel()
+	url := amqptest.URL(t)
+	d := amqptest.Declare(t, url)
+	proxy := proxytest.ForURL(t, url)
+	logs := &relaytest.LogCapture{}
+	consumeQueue(t, proxy.URL(url), outboxamqp.ConsumerConfig{Queue: d.Queue, Name: "billing", Logger: slog.New(logs),
+		BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond},
+		func(context.Context, outbox.Message) error { return nil })
+	consumers := func() int {
+		ch, err := amqptest.Dial(t, url).Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ch.Close()
+		q, err := ch.QueueDeclarePassive(d.Queue, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Consumers
+	}
+	waitFor(t, 20*time.Second, "the consumer on the queue", func() bool { return consumers() == 1 })
+	const cuts = 10
+	for i := 1; i <= cuts; i++ {
+		proxy.Cut()
+		waitFor(t, 20*time.Second, "the consumer back after the cut", func() bool {
+			return strings.Count(logs.String(), "consumer is back") == i
+		})
+	}
+	if logs.Has(slog.LevelError) {
+		t.Fatalf("a cut connection logged at ERROR level:\n%s", logs)
+	}
+	if n := strings.Count(logs.String(), "lost its connection"); n != cuts {
+		t.Fatalf("%d WARN lines \"lost its connection\" for %d cuts:\n%s", n, cuts, logs)
+	}
+}
