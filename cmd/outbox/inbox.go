@@ -32,6 +32,11 @@ type inboxTable interface {
 	RequestRetry(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
 	DiscardParked(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
 	ParkedCounts(ctx context.Context) (map[string]int64, error)
+	// Those a consumer process took for a retry, and keys nobody will go
+	// on with.
+	ForgetTaken(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
+	StalledCounts(ctx context.Context) (map[string]int64, error)
+	TakenCounts(ctx context.Context) (map[string]int64, error)
 }
 
 var (
@@ -113,13 +118,22 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stalled, err := t.StalledCounts(cmd.Context())
+			if err != nil {
+				return err
+			}
+			taken, err := t.TakenCounts(cmd.Context())
+			if err != nil {
+				return err
+			}
 			stats = withParkedOnly(stats, parked)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				rows := make([]map[string]any, len(stats))
 				for i, st := range stats {
 					rows[i] = map[string]any{"consumer": st.Consumer, "records": st.Records,
-						"awaiting_outgoing": st.AwaitingOutgoing, "duplicates": st.Duplicates, "oldest_seconds": st.OldestAge.Seconds(), "parked": parked[st.Consumer], "waiting": waiting[st.Consumer]}
+						"awaiting_outgoing": st.AwaitingOutgoing, "duplicates": st.Duplicates, "oldest_seconds": st.OldestAge.Seconds(), "parked": parked[st.Consumer], "waiting": waiting[st.Consumer],
+						"taken": taken[st.Consumer], "stalled": stalled[st.Consumer]}
 				}
 				return json.NewEncoder(out).Encode(map[string]any{"table": t.Name(), "parked_table": t.ParkedName(), "consumers": rows})
 			}
@@ -130,13 +144,25 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			// WAITING counts the parked messages held behind another of
-			// their key (key order), among PARKED.
-			fmt.Fprintln(tw, "CONSUMER\tRECORDS\tDUPLICATES\tAWAITING OUTGOING\tOLDEST\tPARKED\tWAITING")
+			// their key (key order), among PARKED; TAKEN those a consumer
+			// process has in a handler for a retry; STALLED the waiting
+			// first messages of keys that nobody requested nor took.
+			fmt.Fprintln(tw, "CONSUMER\tRECORDS\tDUPLICATES\tAWAITING OUTGOING\tOLDEST\tPARKED\tWAITING\tTAKEN\tSTALLED")
 			for _, st := range stats {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\n", st.Consumer, st.Records, st.Duplicates, st.AwaitingOutgoing, st.OldestAge.Round(time.Second),
-					parked[st.Consumer], waiting[st.Consumer])
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\n", st.Consumer, st.Records, st.Duplicates, st.AwaitingOutgoing, st.OldestAge.Round(time.Second),
+					parked[st.Consumer], waiting[st.Consumer], taken[st.Consumer], stalled[st.Consumer])
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, st := range stats {
+				if n := stalled[st.Consumer]; n > 0 {
+					fmt.Fprintf(out, "%s: %d key(s) stalled: the next message of each waits and nothing will apply it; "+
+						"find them (\"stalled\" in `outbox inbox parked list --consumer %s`) and retry each with `outbox inbox parked retry --consumer %s ID`\n",
+						st.Consumer, n, st.Consumer, st.Consumer)
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")

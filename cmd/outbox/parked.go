@@ -78,7 +78,10 @@ func newParkedListCommand(open openInbox) *cobra.Command {
 			fmt.Fprintln(tw, "ID\tCONSUMER\tTOPIC\tKEY\tATTEMPTS\tPARKED\tRETRY\tKEY ORDER\tERROR")
 			for _, p := range parked {
 				retry := ""
-				if p.RetryRequested {
+				switch {
+				case !p.TakenAt.IsZero():
+					retry = "taken " + p.TakenAt.UTC().Format("2006-01-02T15:04:05Z")
+				case p.RetryRequested:
 					retry = "requested"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", p.ID, p.Consumer, p.Topic, p.Key, p.Attempts,
@@ -101,13 +104,19 @@ func newParkedListCommand(open openInbox) *cobra.Command {
 }
 
 // keyOrder says where p stands in its key's order: waiting behind another
-// parked message, next in line, or overtaken by later messages of its key.
+// parked message, next in line (taken by a consumer process, its retry
+// requested, or stalled: neither, so nothing applies it), or overtaken by
+// later messages of its key.
 func keyOrder(p outbox.ParkedMessage) string {
 	switch {
 	case p.Waiting && p.Behind != uuid.Nil:
 		return "waiting behind " + p.Behind.String()
+	case p.Waiting && !p.TakenAt.IsZero():
+		return "next of its key, taken"
+	case p.Waiting && p.RetryRequested:
+		return "next of its key, retry requested"
 	case p.Waiting:
-		return "next of its key"
+		return "next of its key, stalled: outbox inbox parked retry --consumer " + p.Consumer + " " + p.ID.String()
 	case p.Overtaken > 0:
 		return fmt.Sprintf("overtaken by %d", p.Overtaken)
 	}
@@ -124,6 +133,12 @@ func showParked(p outbox.ParkedMessage, withPayload bool) map[string]any {
 	}
 	if p.Behind != uuid.Nil {
 		out["behind"] = p.Behind
+	}
+	if !p.TakenAt.IsZero() {
+		out["taken_at"] = p.TakenAt
+	}
+	if p.Waiting && p.Behind == uuid.Nil && !p.RetryRequested && p.TakenAt.IsZero() {
+		out["stalled"] = true
 	}
 	if !p.CreatedAt.IsZero() {
 		out["created_at"] = p.CreatedAt
@@ -193,7 +208,12 @@ them again with the new error. Nothing happens until a process of the consumer r
 A message waiting behind another of its key cannot be retried by itself: retry (or discard) the
 one it waits behind. A message whose key moved on (a consumer set to SkipParkedInKeyOrder applied
 later messages of its key after it was parked) would be applied after them: retry refuses it,
-saying how many, unless --force is given.`,
+saying how many, unless --force is given.
+
+A message a consumer process took for a retry (RETRY "taken" in parked list) is in its handler
+until that ends: retry refuses it by id, and --all leaves it alone. If the process stopped before
+it ended (the message stays taken), retry it by id with --force; if the process is in fact still
+running, the message is then handled twice.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := needConsumer(cmd, consumer); err != nil {
 				return err
@@ -210,17 +230,32 @@ saying how many, unless --force is given.`,
 			if err := retryKeepsKeyOrder(cmd.Context(), t, consumer, ids, force); err != nil {
 				return err
 			}
+			if err := forgetTaken(cmd.Context(), t, consumer, ids, force); err != nil {
+				return err
+			}
 			n, err := t.RequestRetry(cmd.Context(), consumer, ids...)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%d parked message(s) of %s marked for a retry; the running consumer takes them within a second\n", n, consumer)
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%d parked message(s) of %s marked for a retry; the running consumer takes them within a second\n", n, consumer)
+			if len(ids) == 0 {
+				taken, err := t.TakenCounts(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if taken[consumer] > 0 {
+					fmt.Fprintf(out, "%d taken by a consumer process left alone: each is in a handler, and is unparked or parked again when it ends; "+
+						"if its process stopped, retry it by id with --force\n", taken[consumer])
+				}
+			}
 			return missingParked(len(ids), n, consumer)
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to retry (required)")
 	cmd.Flags().BoolVar(&all, "all", false, "retry every parked message of the consumer (those waiting behind another follow it)")
-	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, applying them after those")
+	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, applying them after those, "+
+		"and messages (by id) a consumer process took and did not finish (it stopped)")
 	return cmd
 }
 
@@ -254,6 +289,11 @@ func retryKeepsKeyOrder(ctx context.Context, t inboxTable, consumer string, ids 
 			return fmt.Errorf("message %s waits behind parked message %s of its key %q, and follows it once that one is retried with success or discarded: retry or discard %s instead",
 				p.ID, p.Behind, p.Key, p.Behind)
 		}
+		if !force {
+			if err := notTaken(p, "retry"); err != nil {
+				return err
+			}
+		}
 		parked = append(parked, p)
 	}
 	if force {
@@ -273,10 +313,20 @@ func retryKeepsKeyOrder(ctx context.Context, t inboxTable, consumer string, ids 
 }
 
 func newParkedDiscardCommand(open openInbox) *cobra.Command {
-	var consumer string
+	var (
+		consumer string
+		force    bool
+	)
 	cmd := &cobra.Command{
-		Use:   "discard --consumer C ID...",
+		Use:   "discard --consumer C ID... [--force]",
 		Short: "Delete parked messages for good",
+		Long: `discard deletes parked messages of --consumer. A discarded message that was first of its key
+lets the key go on: the message waiting behind it is retried by the running consumer.
+
+A message a consumer process took for a retry (RETRY "taken" in parked list) is in its handler:
+discard refuses it, since its key would go on while it is being applied. If the process stopped
+before it ended (the message stays taken), discard it with --force; if the process is in fact still
+running, the message may be applied after later messages of its key.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := needConsumer(cmd, consumer); err != nil {
 				return err
@@ -285,11 +335,54 @@ func newParkedDiscardCommand(open openInbox) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return changeParked(cmd, open, consumer, ids, inboxTable.DiscardParked, "discarded")
+			discard := func(t inboxTable, ctx context.Context, consumer string, ids ...uuid.UUID) (int, error) {
+				if !force {
+					for _, id := range ids {
+						p, err := t.GetParked(ctx, consumer, id)
+						if errors.Is(err, outbox.ErrNotFound) {
+							continue // counted as missing once the others are discarded
+						}
+						if err != nil {
+							return 0, err
+						}
+						if err := notTaken(p, "discard"); err != nil {
+							return 0, err
+						}
+					}
+				}
+				if err := forgetTaken(ctx, t, consumer, ids, force); err != nil {
+					return 0, err
+				}
+				return t.DiscardParked(ctx, consumer, ids...)
+			}
+			return changeParked(cmd, open, consumer, ids, discard, "discarded")
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to discard (required)")
+	cmd.Flags().BoolVar(&force, "force", false, "discard messages a consumer process took and did not finish (it stopped)")
 	return cmd
+}
+
+// notTaken refuses to verb p (retry, discard) if a consumer process took
+// it: it is in a handler.
+func notTaken(p outbox.ParkedMessage, verb string) error {
+	if p.TakenAt.IsZero() {
+		return nil
+	}
+	return fmt.Errorf("message %s was taken by a consumer process of %s at %s and is in its handler: it is unparked, or parked again, when that ends; "+
+		"if that process stopped before it ended, %s it again with --force", p.ID, p.Consumer, p.TakenAt.UTC().Format("2006-01-02T15:04:05Z"), verb)
+}
+
+// forgetTaken, with force, clears the taken mark of consumer's parked
+// messages ids, so that a retry or discard works on them: the operator
+// says the process that took them stopped. Without ids it does nothing: a
+// retry of all never takes back what a process has in a handler.
+func forgetTaken(ctx context.Context, t inboxTable, consumer string, ids []uuid.UUID, force bool) error {
+	if !force || len(ids) == 0 {
+		return nil
+	}
+	_, err := t.ForgetTaken(ctx, consumer, ids...)
+	return err
 }
 
 // changeParked applies change (RequestRetry, DiscardParked) to the parked
