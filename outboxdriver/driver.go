@@ -266,6 +266,25 @@ type Admin interface {
 	DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error)
 }
 
+// KeyOrderRetrier is implemented by an Admin that can retry dead messages
+// only where that keeps their keys' order. A dead message that later
+// messages of its key overtook (Message.Overtaken > 0, counted by a relay
+// that skips dead messages in key order) would be published after them.
+// Checking the counts with Get or ListDead and then calling RetryDead
+// leaves a gap in which a relay can overtake a message it retries; here
+// the check and the retry are one step. `outbox dead retry` without
+// --force, and the console, use it when the store has it.
+type KeyOrderRetrier interface {
+	// RetryDeadUnlessOvertaken retries the dead messages ids (every dead
+	// message if all), as RetryDead and RetryAllDead do, unless any of
+	// them is overtaken: then it retries none of them, so that the
+	// operator decides on the request as a whole, and returns the
+	// overtaken ones, with their counts, to name them. With no ids and
+	// not all it changes nothing. On a table without the count (before
+	// the store's migration that adds it) nothing is overtaken.
+	RetryDeadUnlessOvertaken(ctx context.Context, ids []uuid.UUID, all bool) (retried int, overtaken []Message, err error)
+}
+
 // Stats is a snapshot of a table.
 type Stats struct {
 	// Pending counts messages waiting to be published, including scheduled

@@ -17,7 +17,7 @@ import (
 // overtake them in the column migration 5 adds: on a table without it, it
 // refuses to start and names the fix. Other relays, and the dead-letter
 // commands, keep working there: Get and ListDead read 0, since nothing
-// counted.
+// counted, and a retry unless overtaken retries.
 func TestOnlyARelaySkippingDeadMessagesNeedsMigrationFive(t *testing.T) {
 	t.Parallel()
 	plain, opts := openUnmigrated(t)
@@ -61,6 +61,12 @@ func TestOnlyARelaySkippingDeadMessagesNeedsMigrationFive(t *testing.T) {
 	}
 	if got, err := plain.Get(t.Context(), msg.ID); err != nil || got.Status != outbox.StatusDead || got.Overtaken != 0 {
 		t.Fatalf("get at migration 4: %+v, %v; want it dead, overtaken 0", got, err)
+	}
+	if n, overtaken, err := plain.RetryDeadUnlessOvertaken(t.Context(), []uuid.UUID{msg.ID}, false); err != nil || n != 1 || len(overtaken) != 0 {
+		t.Fatalf("retry unless overtaken at migration 4: %d retried, overtaken %v, %v; want 1 retried, none overtaken", n, overtaken, err)
+	}
+	if got, err := plain.Get(t.Context(), msg.ID); err != nil || got.Status != outbox.StatusPending {
+		t.Fatalf("get at migration 4 after the retry: %+v, %v; want it pending", got, err)
 	}
 
 	if _, err := m.Up(t.Context()); err != nil {

@@ -16,6 +16,7 @@ func init() {
 		testCase{"in key order skipping dead messages, each dead message counts the later messages of its key published past it, by every way a settlement publishes", testKeyOrderSkippingDeadCountsOvertaken},
 		testCase{"in key order a dead message that holds its key is overtaken by none", testKeyOrderHoldingDeadIsNotOvertaken},
 		testCase{"in key order skipping dead messages, an overtaken message retried by force keeps its count through releases and retries, and dies again with it", testKeyOrderForcedRetryKeepsOvertaken},
+		testCase{"in key order skipping dead messages, a retry unless overtaken retries nothing of a request that holds an overtaken message, and names it", testKeyOrderRetryUnlessOvertaken},
 	)
 }
 
@@ -174,5 +175,53 @@ func testKeyOrderForcedRetryKeepsOvertaken(t *testing.T, s *suite) {
 	wantPending("a claim retried it")
 	token = s.skipClaim(t, 1, k1)
 	s.skipSettle(t, outboxdriver.Settlement{Token: token, Dead: []outboxdriver.Failure{{ID: k1.ID, Error: "rejected again"}}})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 1})
+}
+
+// testKeyOrderRetryUnlessOvertaken: a retry that keeps key order
+// (outboxdriver.KeyOrderRetrier, `outbox dead retry` without --force)
+// checks the counts and retries in one step. A request, by id or of all,
+// that holds an overtaken message retries none of it and names that
+// message with its key and count; one without retries as RetryDead does.
+func testKeyOrderRetryUnlessOvertaken(t *testing.T, s *suite) {
+	if s.h.KeyOrderedSkippingDead == nil {
+		t.Skip("the harness sets no KeyOrderedSkippingDead store: the store has no option to skip dead messages in key order")
+	}
+	r, ok := s.h.Admin.(outboxdriver.KeyOrderRetrier)
+	if !ok {
+		t.Skip("the harness's Admin does not implement outboxdriver.KeyOrderRetrier")
+	}
+	m := keyed("k", "k", "x")
+	k1, k2, x1 := m[0], m[1], m[2]
+	s.write(t, m...)
+	token := s.skipClaim(t, 100, k1, k2, x1)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token,
+		Dead: []outboxdriver.Failure{{ID: k1.ID, Error: "rejected"}, {ID: x1.ID, Error: "rejected"}}, Release: []uuid.UUID{k2.ID}})
+	token = s.skipClaim(t, 1, k2)
+	s.skipSettle(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{k2.ID}})
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 1, x1.ID: 0})
+
+	for _, asked := range []struct {
+		ids []uuid.UUID
+		all bool
+	}{{ids: []uuid.UUID{x1.ID, k1.ID}}, {all: true}} {
+		n, overtaken, err := r.RetryDeadUnlessOvertaken(t.Context(), asked.ids, asked.all)
+		if err != nil || n != 0 || len(overtaken) != 1 || overtaken[0].ID != k1.ID || overtaken[0].Key != "k" || overtaken[0].Overtaken != 1 {
+			t.Fatalf("retry unless overtaken of %v (all %v), %s overtaken by 1: %d retried, overtaken %v (%+v), %v; want 0 retried and %s named, of key %q, overtaken by 1",
+				asked.ids, asked.all, k1.ID, n, ids(overtaken), overtaken, err, k1.ID, "k")
+		}
+		s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 1, x1.ID: 0})
+	}
+	if n, overtaken, err := r.RetryDeadUnlessOvertaken(t.Context(), nil, false); err != nil || n != 0 || len(overtaken) != 0 {
+		t.Fatalf("retry unless overtaken of no ids: %d retried, overtaken %v, %v; want nothing", n, ids(overtaken), err)
+	}
+	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 1, x1.ID: 0})
+
+	if n, overtaken, err := r.RetryDeadUnlessOvertaken(t.Context(), []uuid.UUID{x1.ID, uuid.New()}, false); err != nil || n != 1 || len(overtaken) != 0 {
+		t.Fatalf("retry unless overtaken of %s, which nothing overtook, and an unknown id: %d retried, overtaken %v, %v; want 1 retried", x1.ID, n, ids(overtaken), err)
+	}
+	if got := s.get(t, x1.ID); got.Status != outbox.StatusPending || got.Attempts != 0 {
+		t.Fatalf("message %s after its retry: status %s, %d attempts; want pending, 0 attempts", x1.ID, got.Status, got.Attempts)
+	}
 	s.wantOvertaken(t, map[uuid.UUID]int{k1.ID: 1})
 }

@@ -424,7 +424,8 @@ func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request) {
 	c.act(w, r, action, ids, len(seen), "/dead?"+url.Values{"topic": {f.topic}, "q": {f.query}}.Encode())
 }
 
-// act retries or discards ids, in batches, and sends the browser back to
+// act retries or discards ids, in batches (a retry that keeps key order
+// in one call), and sends the browser back to
 // back with what it did; shown is how many messages the page had shown, or
 // -1 when the user chose one.
 func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids []uuid.UUID, shown int, back string) {
@@ -438,17 +439,32 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids
 		http.NotFound(w, r)
 		return
 	}
+	done, left := 0, ids
 	if action == "retry" && len(ids) > 0 {
 		// The console has no --force: a retry that would break a key's
-		// order is the CLI's, where the count is spelt out.
-		if err := deadRetryKeepsKeyOrder(r.Context(), c.admin, ids); err != nil {
+		// order is the CLI's, where the count is spelt out. A store that
+		// can looks at the counts in the step that retries, all ids at
+		// once, so that it retries them all or none.
+		var err error
+		if keepOrder, ok := c.admin.(outboxdriver.KeyOrderRetrier); ok {
+			var overtaken []outbox.Message
+			done, overtaken, err = keepOrder.RetryDeadUnlessOvertaken(r.Context(), ids, false)
+			if err != nil {
+				c.fail(w, fmt.Errorf("%s: %w", action, err))
+				return
+			}
+			left = nil // retried, or refused, whole
+			err = refuseOvertaken(overtaken)
+		} else {
+			err = deadRetryKeepsKeyOrder(r.Context(), c.admin, ids)
+		}
+		if err != nil {
 			refuseOutOfOrder(w, err, "outbox dead retry --force ID")
 			return
 		}
 	}
-	done := 0
-	for start := 0; start < len(ids); start += consoleBatch {
-		n, err := call(r.Context(), ids[start:min(start+consoleBatch, len(ids))]...)
+	for start := 0; start < len(left); start += consoleBatch {
+		n, err := call(r.Context(), left[start:min(start+consoleBatch, len(left))]...)
 		done += n
 		if err != nil {
 			c.fail(w, fmt.Errorf("%s: %d of %d done, then: %w", action, done, len(ids), err))

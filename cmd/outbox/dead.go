@@ -147,16 +147,11 @@ published after them: retry refuses it, saying how many, unless --force is given
 				return err
 			}
 			defer b.close()
-			if !force {
-				if err := deadRetryKeepsKeyOrder(cmd.Context(), b.admin, ids); err != nil {
-					return err
-				}
+			retry := retryDeadKeepingKeyOrder
+			if force {
+				retry = retryDeadAnyway
 			}
-			retry := func() (int, error) { return b.admin.RetryDead(cmd.Context(), ids...) }
-			if all {
-				retry = func() (int, error) { return b.admin.RetryAllDead(cmd.Context()) }
-			}
-			n, err := retry()
+			n, err := retry(cmd.Context(), b.admin, ids, all)
 			if err != nil {
 				return err
 			}
@@ -167,6 +162,38 @@ published after them: retry refuses it, saying how many, unless --force is given
 	cmd.Flags().BoolVar(&all, "all", false, "retry every dead message")
 	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, publishing them after those")
 	return cmd
+}
+
+// retryDeadAnyway retries the dead messages ids (every one if all),
+// whatever overtook them (--force).
+func retryDeadAnyway(ctx context.Context, admin outboxdriver.Admin, ids []uuid.UUID, all bool) (int, error) {
+	if all {
+		return admin.RetryAllDead(ctx)
+	}
+	return admin.RetryDead(ctx, ids...)
+}
+
+// retryDeadKeepingKeyOrder retries the dead messages ids (every one if
+// all) unless later messages of their key overtook one of them: then it
+// retries none and says which. A store that can (outboxdriver.KeyOrderRetrier)
+// looks at the counts in the step that retries, so a relay cannot overtake
+// a message between the two; with another, the look comes first
+// (deadRetryKeepsKeyOrder).
+func retryDeadKeepingKeyOrder(ctx context.Context, admin outboxdriver.Admin, ids []uuid.UUID, all bool) (int, error) {
+	if r, ok := admin.(outboxdriver.KeyOrderRetrier); ok {
+		n, overtaken, err := r.RetryDeadUnlessOvertaken(ctx, ids, all)
+		if err != nil {
+			return 0, err
+		}
+		if err := refuseOvertaken(overtaken); err != nil {
+			return 0, err
+		}
+		return n, nil
+	}
+	if err := deadRetryKeepsKeyOrder(ctx, admin, ids); err != nil {
+		return 0, err
+	}
+	return retryDeadAnyway(ctx, admin, ids, all)
 }
 
 // deadRetryKeepsKeyOrder refuses a retry of the dead messages ids (all
@@ -199,6 +226,13 @@ func deadRetryKeepsKeyOrder(ctx context.Context, admin outboxdriver.Admin, ids [
 			dead = append(dead, m)
 		}
 	}
+	return refuseOvertaken(dead)
+}
+
+// refuseOvertaken refuses a retry of dead messages if later messages of
+// the key of any of them overtook it, naming those, and returns nil if
+// none is.
+func refuseOvertaken(dead []outbox.Message) error {
 	var overtaken []string
 	for _, m := range dead {
 		if m.Overtaken > 0 {
