@@ -40,6 +40,7 @@ type parkedStatements struct {
 	counts   string
 
 	parkAgain string // $1 consumer, $2 id, $3 error, $4 attempts
+	giveBack  string // $1 consumer, $2 id
 	forget    string // $1 consumer, $2 ids (empty: all)
 	stalled   string
 	taken     string
@@ -140,7 +141,8 @@ RETURNING ` + parkedReturning,
 		// In place: the row keeps its seq, its place in its key's order.
 		parkAgain: `UPDATE ` + q + ` SET error = $3, attempts = $4, parked_at = now(), retry_requested = false, waiting = false, taken_at = NULL
 WHERE consumer = $1 AND message_id = $2`,
-		forget: `UPDATE ` + q + ` SET taken_at = NULL WHERE consumer = $1 AND (cardinality($2::uuid[]) = 0 OR message_id = ANY ($2)) AND taken_at IS NOT NULL`,
+		giveBack: `UPDATE ` + q + ` SET taken_at = NULL, retry_requested = true WHERE consumer = $1 AND message_id = $2 AND taken_at IS NOT NULL`,
+		forget:   `UPDATE ` + q + ` SET taken_at = NULL WHERE consumer = $1 AND (cardinality($2::uuid[]) = 0 OR message_id = ANY ($2)) AND taken_at IS NOT NULL`,
 		// First of its key and waiting, yet nobody requested it nor took
 		// it: nothing will apply it, nor the rest of its key.
 		stalled: `SELECT consumer, count(*) FROM ` + q + ` AS p WHERE waiting AND NOT retry_requested AND taken_at IS NULL AND ` + parkedKeyFirst(q) + `

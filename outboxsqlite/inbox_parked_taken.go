@@ -68,3 +68,14 @@ func (t *InboxTable) StalledCounts(ctx context.Context) (map[string]int64, error
 func (t *InboxTable) TakenCounts(ctx context.Context) (map[string]int64, error) {
 	return t.countParked(ctx, t.parked.taken)
 }
+
+// ReturnTaken hands back consumer's parked message id, which a consumer
+// process took for a retry and stops before it could finish: its retry is
+// requested again, and the next process takes it. A message not taken is
+// left as it is.
+func (t *InboxTable) ReturnTaken(ctx context.Context, consumer string, id uuid.UUID) error {
+	if _, err := t.writeCount(ctx, t.parked.giveBack, consumer, id.String()); err != nil {
+		return fmt.Errorf("outboxsqlite: hand back parked message %s of consumer %q in %s: %w", id, consumer, t.parked.name, err)
+	}
+	return nil
+}

@@ -31,6 +31,7 @@ type ParkedTable interface {
 	// the messages processes took.
 	UnparkRetried(ctx context.Context, consumer string, id uuid.UUID) (bool, error)
 	ParkRetried(ctx context.Context, consumer string, m outbox.Message, attempts int, reason string) (bool, error)
+	ReturnTaken(ctx context.Context, consumer string, id uuid.UUID) error
 	ForgetTaken(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
 	StalledCounts(ctx context.Context) (map[string]int64, error)
 	TakenCounts(ctx context.Context) (map[string]int64, error)
@@ -61,6 +62,7 @@ func parkedCases() []struct {
 		{"a retried message that fails again is parked again as its key's first", testParkedRetriedAndParkedAgainKeepsItsPlace},
 		{"a message a stopped process took is taken back by forgetting it was taken, and a key nobody will go on with is counted stalled", testParkedForgetTakenAndStalled},
 		{"a retry's end tells whether the message was still parked, and parks nothing that was discarded", testParkedRetryEndSeesADiscard},
+		{"a message a stopping process hands back is requested again, taken by the next process", testParkedReturnTaken},
 	}
 }
 

@@ -168,3 +168,32 @@ func counts(t *testing.T, count func(context.Context) (map[string]int64, error),
 		t.Fatalf("%s counts: %v, %v; want %v", what, got, err, want)
 	}
 }
+
+// A process that stops while a message is in its handler hands it back:
+// it is requested again, where it was in its key's order, and the next
+// process takes it.
+func testParkedReturnTaken(t *testing.T, p ParkedTable) {
+	m1, m2, m3 := parkedMessage("order-1"), parkedMessage("order-1"), parkedMessage("order-2")
+	park(t, p, "billing", m1, 5, "no such customer")
+	parkBehind(t, p, "billing", m2)
+	park(t, p, "billing", m3, 5, "no such customer")
+	requestRetry(t, p, "billing", 1, m1.ID)
+	takeRetries(t, p, "billing", 10)
+	unpark(t, p, "billing", m1.ID)
+	if id, ok := takeNextWaiting(t, p, "billing", "order-1"); !ok || id != m2.ID {
+		t.Fatalf("next waiting message of order-1 once %s is unparked: %s, %v; want %s", m1.ID, id, ok, m2.ID)
+	}
+	for _, id := range []uuid.UUID{m2.ID, m3.ID} {
+		if err := p.ReturnTaken(t.Context(), "billing", id); err != nil {
+			t.Fatalf("hand back %s: %v", id, err)
+		}
+	}
+	if got := getParked(t, p, "billing", m2.ID); !got.TakenAt.IsZero() || !got.RetryRequested || !got.Waiting {
+		t.Fatalf("message %s handed back: taken at %s, retry %v, waiting %v; want it requested, no longer taken, still waiting first of its key",
+			m2.ID, got.TakenAt, got.RetryRequested, got.Waiting)
+	}
+	// m3 was not taken: handing it back requests nothing.
+	if got := takeRetries(t, p, "billing", 10); !slices.Equal(got, []uuid.UUID{m2.ID}) {
+		t.Fatalf("retries taken once %s was handed back: %v; want %s only", m2.ID, got, m2.ID)
+	}
+}

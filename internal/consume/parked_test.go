@@ -108,6 +108,17 @@ func (p *memParked) ParkRetried(_ context.Context, consumer string, m outbox.Mes
 	return i >= 0, nil
 }
 
+// ReturnTaken hands back a message a stopping process had taken: its
+// retry is requested again.
+func (p *memParked) ReturnTaken(_ context.Context, consumer string, id uuid.UUID) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := p.find(consumer, id); i >= 0 {
+		p.rows[i].retry = true
+	}
+	return nil
+}
+
 func (p *memParked) ParkBehind(_ context.Context, consumer string, m outbox.Message) (uuid.UUID, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

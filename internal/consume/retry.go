@@ -17,16 +17,19 @@ type retried struct {
 	cfg      Config
 	log      *slog.Logger
 	m        outbox.Message
+	settled  bool // acknowledged or parked again: the handler is done with it
 	unparked bool // acknowledged: applied and unparked
 }
 
 // retryEnd is a ParkStore that tells the end of a retry whether the
 // message was still parked: an operator may have discarded it while it was
-// in the handler (`outbox inbox parked discard --force`). The inbox tables
-// are.
+// in the handler (`outbox inbox parked discard --force`); and that takes
+// back a message whose process stops before its handler is done with it.
+// The inbox tables are.
 type retryEnd interface {
 	UnparkRetried(ctx context.Context, consumer string, id uuid.UUID) (bool, error)
 	ParkRetried(ctx context.Context, consumer string, m outbox.Message, attempts int, reason string) (bool, error)
+	ReturnTaken(ctx context.Context, consumer string, id uuid.UUID) error
 }
 
 func (r *retried) Message() outbox.Message { return r.m }
@@ -37,13 +40,14 @@ func (r *retried) Ack(ctx context.Context) error {
 	end, ok := r.cfg.Parked.(retryEnd)
 	if !ok {
 		err := r.cfg.Parked.Unpark(ctx, r.cfg.Consumer, r.m.ID)
-		r.unparked = err == nil
+		r.settled, r.unparked = err == nil, err == nil
 		return err
 	}
 	found, err := end.UnparkRetried(ctx, r.cfg.Consumer, r.m.ID)
 	if err != nil {
 		return err
 	}
+	r.settled = true
 	if !found {
 		// The discard passed its key on already: the chain is not this
 		// process's to go on with.
@@ -59,9 +63,12 @@ func (r *retried) Ack(ctx context.Context) error {
 func (r *retried) Park(ctx context.Context, attempts int, cause error) error {
 	end, ok := r.cfg.Parked.(retryEnd)
 	if !ok {
-		return r.cfg.Parked.Park(ctx, r.cfg.Consumer, r.m, attempts, cause.Error())
+		err := r.cfg.Parked.Park(ctx, r.cfg.Consumer, r.m, attempts, cause.Error())
+		r.settled = err == nil
+		return err
 	}
 	found, err := end.ParkRetried(ctx, r.cfg.Consumer, r.m, attempts, cause.Error())
+	r.settled = err == nil
 	if err == nil && !found {
 		r.log.Warn("outbox consumer: a retried message was discarded while its handler ran (`outbox inbox parked discard --force`); "+
 			"the handler failed again, and it is not parked again",
@@ -116,8 +123,10 @@ func RetryParked(ctx context.Context, cfg Config, fn func(context.Context, outbo
 }
 
 // StartRetrying runs RetryParked in a goroutine, if cfg.Parked is set; stop
-// ends it and waits for it (a message it was handling stays parked, taken
-// by this process: `outbox inbox parked retry --force` retries it again).
+// ends it and waits for it. A message it was handling stays parked and is
+// handed back (its retry requested again, for the next process) if the
+// store can (the inbox tables); else it stays taken by this process, and
+// `outbox inbox parked retry --force` retries it again.
 func StartRetrying(ctx context.Context, cfg Config, fn func(context.Context, outbox.Message) error) (stop func()) {
 	if cfg.Parked == nil {
 		return func() {}
@@ -138,6 +147,10 @@ func retryKey(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Messag
 	for {
 		r := &retried{cfg: cfg, log: log, m: m}
 		Handle(ctx, cfg, r, fn)
+		if !r.settled && ctx.Err() != nil {
+			handBack(ctx, cfg, log, m)
+			return
+		}
 		if !r.unparked || m.Key == "" || ks == nil {
 			return
 		}
@@ -156,4 +169,26 @@ func retryKey(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Messag
 			slog.String("key", next.Key), slog.String("behind", m.ID.String()))
 		m = next
 	}
+}
+
+// handBackTimeout bounds the hand-back of a message when its process stops.
+const handBackTimeout = 5 * time.Second
+
+// handBack returns the parked message m, which this process took and whose
+// handler ctx's end interrupted, to the store: its retry is requested
+// again, so the next process takes it instead of it staying taken until an
+// operator forces it.
+func handBack(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Message) {
+	end, ok := cfg.Parked.(retryEnd)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
+	defer cancel()
+	if err := end.ReturnTaken(ctx, cfg.Consumer, m.ID); err != nil {
+		log.Warn("outbox consumer: handing back a retried message at stop failed; it stays taken by this process: retry it with `outbox inbox parked retry --force`",
+			slog.String("message_id", m.ID.String()), slog.Any("error", err))
+		return
+	}
+	log.Info("outbox consumer: stopped during the retry of a parked message; handed it back, its retry requested again", slog.String("message_id", m.ID.String()))
 }

@@ -128,3 +128,32 @@ func loggedDiscard(logged string, id uuid.UUID) bool {
 	}
 	return false
 }
+
+// A process that stops while a retried message is in its handler hands it
+// back: its retry is requested again, for the next process to take,
+// instead of it staying taken until an operator forces it.
+func TestAProcessStoppingDuringARetryHandsTheMessageBack(t *testing.T) {
+	t.Parallel()
+	m1 := message("order-1")
+	store := &memParked{}
+	cfg := parkedConfig(store)
+	if err := store.Park(t.Context(), "billing", m1, 5, "no such customer"); err != nil {
+		t.Fatal(err)
+	}
+	store.requestRetry("billing", m1.ID)
+	entered := make(chan struct{})
+	handler := func(ctx context.Context, m outbox.Message) error {
+		close(entered)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	stop := consume.StartRetrying(t.Context(), cfg, handler)
+	<-entered
+	stop()
+	if ids, _, _ := store.state(); !slices.Equal(ids, []uuid.UUID{m1.ID}) {
+		t.Fatalf("parked %v once the process stopped during the retry of %s; want it still parked", ids, m1.ID)
+	}
+	if got, _ := store.TakeRetries(t.Context(), "billing", 10); len(got) != 1 || got[0].ID != m1.ID {
+		t.Fatalf("retries a next process takes once the process stopped during the retry of %s: %v; want %s again", m1.ID, got, m1.ID)
+	}
+}
