@@ -64,9 +64,13 @@ type ParkedMessage struct {
 // requests it (the tables' RequestRetry), a running consumer process of that
 // name takes it (TakeRetries) and hands it to its handler again, with a new
 // round of attempts. If the handler succeeds the message is unparked; if it
-// fails again, the message is parked again with the new error. A message
-// taken by a process that stops before it is done stays parked, its request
-// cleared: request its retry again.
+// fails again, the message is parked again with the new error, in place.
+// Between the take and that end the message is taken
+// (ParkedMessage.TakenAt): the tables' retry and discard leave it alone, so
+// that it is handed out once and its key does not go on while it is in a
+// handler. A process that stops meanwhile hands it back (its retry is
+// requested again) when the store can; one that dies leaves it taken, and
+// `outbox inbox parked retry --force` takes it back.
 type ParkStore interface {
 	// Park keeps m as parked by consumer after attempts failed attempts,
 	// the last with the error reason. Parking a message the consumer
@@ -75,7 +79,8 @@ type ParkStore interface {
 	Park(ctx context.Context, consumer string, m Message, attempts int, reason string) error
 	// TakeRetries returns up to limit of consumer's parked messages whose
 	// retry was requested, oldest parked first, and clears their request in
-	// the same statement: two processes never take the same request.
+	// the same statement, marking them taken: two processes never take the
+	// same request.
 	// A waiting message (KeyParkStore) is taken only once it is the first
 	// of its key.
 	TakeRetries(ctx context.Context, consumer string, limit int) ([]Message, error)
@@ -113,8 +118,8 @@ type KeyParkStore interface {
 	ParkBehind(ctx context.Context, consumer string, m Message) (head uuid.UUID, err error)
 	// TakeNextWaiting returns consumer's first parked message of key if
 	// it waits and its retry is requested (the unpark or discard of the
-	// message before it requested it), and clears that request; ok is
-	// false otherwise. TakeRetries and TakeNextWaiting take a request only
+	// message before it requested it), and clears that request, marking
+	// it taken; ok is false otherwise. TakeRetries and TakeNextWaiting take a request only
 	// by clearing it, so one of them hands the message out. The caller applies it and
 	// unparks it, or parks it again (it then no longer waits: it is the
 	// key's new head).
