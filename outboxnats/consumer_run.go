@@ -120,15 +120,7 @@ func (r *reader) logFailure(err error, retryIn time.Duration) {
 // consume creates the consumer and reads it until the read breaks or ctx
 // ends; reading is called once messages can flow.
 func (r *reader) consume(ctx context.Context, lanes *consume.Lanes, reading func()) error {
-	cons, err := r.js.CreateOrUpdateConsumer(ctx, r.cfg.Stream, jetstream.ConsumerConfig{
-		Durable:       r.cfg.Durable,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       r.cfg.AckWait,
-		FilterSubject: r.cfg.FilterSubject,
-		// The consumer counts attempts itself and parks; the server only
-		// bounds what is unacknowledged.
-		MaxAckPending: r.cfg.Concurrency * 32,
-	})
+	cons, err := r.js.CreateOrUpdateConsumer(ctx, r.cfg.Stream, r.cfg.serverConfig())
 	if err != nil {
 		return fmt.Errorf("create consumer: %w", err)
 	}
