@@ -98,6 +98,8 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxpg.DirectionDown))
 	// Output:
+	// -- 006_overtaken.down.sql
+	// ALTER TABLE "billing"."outbox" DROP COLUMN overtaken;
 	// -- 005_dead_key.down.sql
 	// DROP INDEX "billing"."outbox_key_dead_idx";
 	// -- 004_queue_autovacuum.down.sql
