@@ -55,7 +55,9 @@ type Stream struct {
 	Subjects []string
 }
 
-func (s Stream) validate() error {
+// Validate reports what DeclareStream would refuse in s before asking the
+// server, as a *outbox.ConfigError naming the field.
+func (s Stream) Validate() error {
 	if err := (Config{Stream: s.Name}).Validate(); err != nil || s.Name == "" {
 		return &outbox.ConfigError{Field: "outboxnats.Stream.Name", Value: fmt.Sprintf("%q", s.Name), Fix: "name the stream, without spaces, dots, wildcards or path separators"}
 	}
@@ -82,7 +84,7 @@ func (s Stream) validate() error {
 // included, is kept. An error names the stream and the fix: subjects that
 // another stream captures, say.
 func DeclareStream(ctx context.Context, js jetstream.JetStream, s Stream) (Declared, error) {
-	if err := s.validate(); err != nil {
+	if err := s.Validate(); err != nil {
 		return Declared{}, err
 	}
 	d := Declared{Kind: "stream", Name: s.Name}

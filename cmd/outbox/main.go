@@ -100,6 +100,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newSendCommand(g),
 		newConsoleCommand(g),
 		newDemoCommand(),
+		newTopologyCommand(),
 	)
 	return root
 }
