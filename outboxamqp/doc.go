@@ -14,8 +14,9 @@
 // Open connects on the first Publish instead (like sql.Open), for processes
 // that must start while the broker is down; the outbox CLI uses it. Either
 // way the Publisher owns its connection: it reconnects after drops and Close
-// closes it. The publisher declares nothing: exchanges, queues and bindings
-// are the deployment's, declared by the consumers or by the operator.
+// closes it. The publisher declares nothing: DeclareQueue (or the CLI's
+// `outbox topology apply`) declares the exchange, the consumers' queue, its
+// bindings and its dead-letter queue, idempotently; see docs/topology.md.
 //
 // # Messages
 //
@@ -108,9 +109,10 @@
 //     an operator fixes it;
 //   - consuming again after any of these: logged at INFO level.
 //
-// Consume declares nothing, as the publisher: the queue and its bindings are
-// the deployment's. DeclareQueue declares one for it (or Queue.Arguments
-// gives the arguments to a deployment that declares its own). Consume owns
+// Consume declares nothing, as the publisher: DeclareQueue declares its
+// queue, with the exchange, bindings and dead-letter queue (or
+// Queue.Arguments gives the arguments to a deployment that declares its
+// own). Consume owns
 // its connection, so no failure of the broker ends it: it returns only when
 // its context ends.
 //

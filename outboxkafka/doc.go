@@ -56,8 +56,10 @@
 // consumers drop the duplicate by HeaderID (the idempotent producer only
 // removes duplicates of its own internal retries).
 //
-// A message to a topic that does not exist fails after the client's
-// unknown-topic retries (kgo.UnknownTopicRetries, 4 by default, spaced by
+// DeclareTopics (or `outbox topology apply`) creates the topics, with the
+// partitions asked for, and leaves those that exist as they are; see
+// docs/topology.md. A message to a topic that does not exist fails after the
+// client's unknown-topic retries (kgo.UnknownTopicRetries, 4 by default, spaced by
 // kgo.MetadataMinAge): about 1 to 4 seconds with Open's settings. Brokers
 // that create topics on first use (auto.create.topics.enable) do so only
 // for clients built with kgo.AllowAutoTopicCreation.

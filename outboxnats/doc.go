@@ -57,6 +57,14 @@
 //
 // Every error is a *PublishError naming the message id and subject.
 //
+// # Topology
+//
+// The publisher creates nothing: DeclareStream creates the stream it
+// publishes to (or adds subjects and settings to the one that exists), and
+// DeclareConsumer the durable consumer Consume reads, with the settings
+// Consume gives it; `outbox topology apply` does both from the command line.
+// See docs/topology.md.
+//
 // # Connections
 //
 // New uses a JetStream context the caller made and keeps open. Dial connects
