@@ -244,7 +244,7 @@ func (s *Store) exchangeOpen(ctx context.Context, settle outboxdriver.Settlement
 	open := &openClaim{store: s, conn: conn, rows: res.stored, deadline: claimed.Add(claim.Lease)}
 	if len(res.undecodable) > 0 {
 		// As exchangeLeased does: dead letters, within the claim.
-		if err := putBackNow(ctx, open, outboxdriver.Settlement{Dead: res.undecodable}); err != nil {
+		if err := putBackNow(ctx, open, outboxdriver.Settlement{Dead: res.undecodable, Release: res.held}); err != nil {
 			s.logger().Error("outboxpg: dead-lettering messages whose stored row cannot be decoded failed; the claim is rolled back and they are tried again (check the database's log, and the rows' headers column)",
 				slog.String("table", s.Name()), slog.Int("messages", len(res.undecodable)), slog.String("first_message_id", res.undecodable[0].ID.String()), slog.Any("error", err))
 			conn.Release()
