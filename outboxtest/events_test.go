@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/faketb"
 	"github.com/go-outbox/outbox/outboxevents"
 	"github.com/go-outbox/outbox/outboxtest"
 )
@@ -41,11 +42,11 @@ func TestRequireEventReturnsTheFirstEventOfItsTypeThatMatches(t *testing.T) {
 		got orderPaid
 		msg outbox.Message
 	)
-	f := runFake(t, func(tb testing.TB) {
+	f := faketb.Run(t, func(tb testing.TB) {
 		got, msg = outboxtest.RequireEvent(tb, pending, reg, func(e orderPaid) bool { return e.Cents == 4200 })
 	})
-	if f.failed() != "" {
-		t.Fatalf("RequireEvent failed on a matching event:\n%s", f.failed())
+	if f.Failures() != "" {
+		t.Fatalf("RequireEvent failed on a matching event:\n%s", f.Failures())
 	}
 	if got != (orderPaid{ID: "o-1", Cents: 4200}) || msg.ID != pending[1].ID {
 		t.Fatalf("RequireEvent returned %+v in %s, want the paid event in %s", got, msg.ID, pending[1].ID)
@@ -55,10 +56,10 @@ func TestRequireEventReturnsTheFirstEventOfItsTypeThatMatches(t *testing.T) {
 func TestRequireEventFailsNamingTheTypeAndListingTheEventsPending(t *testing.T) {
 	t.Parallel()
 	pending, reg := eventsTable(t)
-	f := runFake(t, func(tb testing.TB) {
+	f := faketb.Run(t, func(tb testing.TB) {
 		outboxtest.RequireEvent(tb, pending, reg, func(e orderPaid) bool { return e.Cents == 1 })
 	})
-	msg := f.failed()
+	msg := f.Failures()
 	for _, want := range []string{"type outboxtest_test.orderPaid", "orders.placed", "{ID:o-1 Cents:4200}", `topic="not.an.event"`, "unknown"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("failure does not show %q:\n%s", want, msg)

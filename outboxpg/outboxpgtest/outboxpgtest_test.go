@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/faketb"
 	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/outboxpg/outboxpgtest"
 	"github.com/go-outbox/outbox/outboxtest"
@@ -99,15 +100,15 @@ func TestRequireWrittenSeesTheCommittedMessagesAndFailsNamingTheTopicOfARolledBa
 		t.Fatalf("RequireWritten returned %+v, want the stored message", got[1])
 	}
 
-	f := runFake(t, func(tb testing.TB) {
+	f := faketb.Run(t, func(tb testing.TB) {
 		outboxtest.RequireWritten(tb, db, outboxtest.Match{Topic: "orders.cancelled"})
 	})
-	if msg := f.failed(); !strings.Contains(msg, `Topic: "orders.cancelled"`) || !strings.Contains(msg, `topic="orders.paid"`) {
+	if msg := f.Failures(); !strings.Contains(msg, `Topic: "orders.cancelled"`) || !strings.Contains(msg, `topic="orders.paid"`) {
 		t.Fatalf("RequireWritten of the rolled-back message did not fail naming it and listing what is pending:\n%s", msg)
 	}
-	f = runFake(t, func(tb testing.TB) { outboxtest.RequireNothingWritten(tb, outboxpgtest.Table(db.Pool, db.Store)) })
-	if !strings.Contains(f.failed(), "have 2") {
-		t.Fatalf("RequireNothingWritten passed with 2 messages pending:\n%s", f.failed())
+	f = faketb.Run(t, func(tb testing.TB) { outboxtest.RequireNothingWritten(tb, outboxpgtest.Table(db.Pool, db.Store)) })
+	if !strings.Contains(f.Failures(), "have 2") {
+		t.Fatalf("RequireNothingWritten passed with 2 messages pending:\n%s", f.Failures())
 	}
 }
 
@@ -158,8 +159,8 @@ func TestDrainFailsTheTestOnATableNotMigrated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := runFake(t, func(tb testing.TB) { outboxtest.Drain(tb, store, &outboxtest.Recorder{}) })
-	if msg := f.failed(); !strings.Contains(msg, "relay stopped") || !strings.Contains(msg, "not_there") {
+	f := faketb.Run(t, func(tb testing.TB) { outboxtest.Drain(tb, store, &outboxtest.Recorder{}) })
+	if msg := f.Failures(); !strings.Contains(msg, "relay stopped") || !strings.Contains(msg, "not_there") {
 		t.Fatalf("Drain on a missing table: %q, want a failure naming the table", msg)
 	}
 }
@@ -193,16 +194,16 @@ func TestAnInboxOnTheTestDatabaseAppliesRedeliveredMessagesOnce(t *testing.T) {
 
 func TestWithoutTheServersURLTheTestIsSkippedOrFailsOnCI(t *testing.T) {
 	t.Parallel()
-	f := runFake(t, func(tb testing.TB) {
+	f := faketb.Run(t, func(tb testing.TB) {
 		outboxpgtest.NewDatabase(tb, outboxpgtest.Config{URLEnv: "OUTBOXPGTEST_NEVER_SET"})
 	})
 	if os.Getenv("CI") == "true" {
-		if !strings.Contains(f.failed(), "OUTBOXPGTEST_NEVER_SET is not set") {
-			t.Fatalf("on CI: %q, want a failure naming the variable", f.failed())
+		if !strings.Contains(f.Failures(), "OUTBOXPGTEST_NEVER_SET is not set") {
+			t.Fatalf("on CI: %q, want a failure naming the variable", f.Failures())
 		}
 		return
 	}
-	if !strings.Contains(f.skipped, "OUTBOXPGTEST_NEVER_SET is not set") {
-		t.Fatalf("skip message %q, want one naming the variable", f.skipped)
+	if !strings.Contains(f.SkipReason(), "OUTBOXPGTEST_NEVER_SET is not set") {
+		t.Fatalf("skip message %q, want one naming the variable", f.SkipReason())
 	}
 }

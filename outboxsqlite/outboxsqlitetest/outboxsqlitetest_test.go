@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/faketb"
 	"github.com/go-outbox/outbox/outboxsqlite"
 	"github.com/go-outbox/outbox/outboxsqlite/outboxsqlitetest"
 	"github.com/go-outbox/outbox/outboxtest"
@@ -54,10 +55,10 @@ func TestRequireWrittenSeesTheCommittedMessagesAndFailsNamingTheTopicOfARolledBa
 	if string(got[0].Payload) != `{"id":"o-1"}` {
 		t.Fatalf("RequireWritten returned %+v, want the stored message", got[0])
 	}
-	f := runFake(t, func(tb testing.TB) {
+	f := faketb.Run(t, func(tb testing.TB) {
 		outboxtest.RequireWritten(tb, outboxsqlitetest.Table(db.Store), outboxtest.Match{Topic: "orders.cancelled"})
 	})
-	if msg := f.failed(); !strings.Contains(msg, `Topic: "orders.cancelled"`) || !strings.Contains(msg, `topic="orders.created"`) {
+	if msg := f.Failures(); !strings.Contains(msg, `Topic: "orders.cancelled"`) || !strings.Contains(msg, `topic="orders.created"`) {
 		t.Fatalf("RequireWritten of the rolled-back message did not fail naming it and listing what is pending:\n%s", msg)
 	}
 }
@@ -125,8 +126,8 @@ func TestDrainFailsTheTestOnATableNotMigrated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := runFake(t, func(tb testing.TB) { outboxtest.Drain(tb, store, &outboxtest.Recorder{}) })
-	if msg := f.failed(); !strings.Contains(msg, "relay stopped") || !strings.Contains(msg, "not_there") {
+	f := faketb.Run(t, func(tb testing.TB) { outboxtest.Drain(tb, store, &outboxtest.Recorder{}) })
+	if msg := f.Failures(); !strings.Contains(msg, "relay stopped") || !strings.Contains(msg, "not_there") {
 		t.Fatalf("Drain on a missing table: %q, want a failure naming the table", msg)
 	}
 }
