@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,34 +9,18 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
-	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxdriver"
-	"github.com/go-outbox/outbox/outboxpg"
-	"github.com/go-outbox/outbox/outboxsqlite"
 )
 
 func TestDeadRetryRefusesAMessageOvertakenBetweenItsCheckAndItsRetryOnPostgreSQL(t *testing.T) {
 	t.Parallel()
-	schema := pgtest.Schema(t)
-	db := []string{"--database-url", pgtest.URL(t), "--schema", schema}
-	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
-	store, err := outboxpg.New(pgtest.Pool(t), outboxpg.Options{Schema: schema, OrderByKey: true, SkipDeadInKeyOrder: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, store := skippingDeadOnPostgreSQL(t)
 	testDeadRetryRefusesAMessageOvertakenMeanwhile(t, db, store, store)
 }
 
 func TestDeadRetryRefusesAMessageOvertakenBetweenItsCheckAndItsRetryOnSQLite(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "app.db")
-	db := []string{"--database-url", "sqlite://" + path}
-	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
-	store, err := outboxsqlite.Open(t.Context(), path, outboxsqlite.Options{OrderByKey: true, SkipDeadInKeyOrder: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	db, store := skippingDeadOnSQLite(t)
 	testDeadRetryRefusesAMessageOvertakenMeanwhile(t, db, store, store)
 }
 

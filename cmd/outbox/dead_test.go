@@ -23,6 +23,27 @@ import (
 
 func TestDeadRetryOfAMessageItsKeyWentOnPastAsksForForceOnPostgreSQL(t *testing.T) {
 	t.Parallel()
+	db, store := skippingDeadOnPostgreSQL(t)
+	testDeadRetryKeepsKeyOrder(t, db, store, store)
+}
+
+func TestDeadRetryOfAMessageItsKeyWentOnPastAsksForForceOnSQLite(t *testing.T) {
+	t.Parallel()
+	db, store := skippingDeadOnSQLite(t)
+	testDeadRetryKeepsKeyOrder(t, db, store, store)
+}
+
+// skippingDead is a store as a relay that skips dead messages in key order
+// has it: it claims and settles, and it is the table's Admin.
+type skippingDead interface {
+	outboxdriver.Store
+	outboxdriver.Admin
+}
+
+// skippingDeadOnPostgreSQL migrates a table in a fresh schema with the CLI
+// and returns the CLI's database flags for it and a store on it that orders
+// by key and skips dead messages.
+func skippingDeadOnPostgreSQL(t *testing.T) ([]string, skippingDead) {
 	schema := pgtest.Schema(t)
 	db := []string{"--database-url", pgtest.URL(t), "--schema", schema}
 	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
@@ -30,11 +51,11 @@ func TestDeadRetryOfAMessageItsKeyWentOnPastAsksForForceOnPostgreSQL(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	testDeadRetryKeepsKeyOrder(t, db, store, store)
+	return db, store
 }
 
-func TestDeadRetryOfAMessageItsKeyWentOnPastAsksForForceOnSQLite(t *testing.T) {
-	t.Parallel()
+// skippingDeadOnSQLite is skippingDeadOnPostgreSQL on an SQLite file.
+func skippingDeadOnSQLite(t *testing.T) ([]string, skippingDead) {
 	path := filepath.Join(t.TempDir(), "app.db")
 	db := []string{"--database-url", "sqlite://" + path}
 	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
@@ -43,7 +64,7 @@ func TestDeadRetryOfAMessageItsKeyWentOnPastAsksForForceOnSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	testDeadRetryKeepsKeyOrder(t, db, store, store)
+	return db, store
 }
 
 // testDeadRetryKeepsKeyOrder: a relay that skips dead messages in key
