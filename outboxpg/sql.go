@@ -81,18 +81,54 @@ SET attempts = t.attempts + r.counted,
 FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_us, err, counted)
 WHERE t.id = r.id AND t.lease_token = $5`
 
+// retryDeadChange makes dead messages pending and due at once, with their
+// attempts reset (see deadInIDOrder).
+const retryDeadChange = `
+UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL, locked_until = NULL
+WHERE`
+
 // overtakenBy counts, on each dead message, the messages of the CTE
 // published (key, seq) that come after it in its key: a store that skips
 // dead messages in key order publishes them past it (migration 6). The key
 // dead index (migration 5) finds the dead messages of each published key
 // with one probe, and most keys have none. Concurrent counts on one dead
 // message add up: each UPDATE adds to the row version it locks.
-const overtakenBy = `
-UPDATE {t} AS d SET overtaken = d.overtaken + o.n
-FROM (SELECT x.id, count(*) AS n FROM published AS p
+//
+// It locks the dead messages it counts on in id order (locked) before it
+// updates them, as every statement that locks several dead messages does
+// (deadInIDOrder, retryUnlessOvertaken): the UPDATE alone would take them
+// in whatever order its plan joins them, and a dead retry of the same
+// messages that took them the other way would deadlock with it: PostgreSQL
+// aborts one of the two, and an aborted settlement hands its published
+// messages back, to go out again. A message retried before its lock is no longer dead when
+// locked, and so not counted.
+const overtakenBy = `, counted AS (
+	SELECT x.id, count(*) AS n FROM published AS p
 		JOIN {t} AS x ON x.key = p.key AND x.key <> '' AND x.status = 'dead' AND x.seq < p.seq
-	GROUP BY x.id) AS o
-WHERE d.id = o.id AND d.status = 'dead'`
+	GROUP BY x.id
+), locked AS MATERIALIZED (
+	SELECT d.id, c.n FROM counted AS c JOIN {t} AS d ON d.id = c.id AND d.status = 'dead'
+	ORDER BY d.id
+	FOR UPDATE OF d
+)
+UPDATE {t} AS d SET overtaken = d.overtaken + l.n
+FROM locked AS l
+WHERE d.id = l.id AND d.status = 'dead'`
+
+// deadInIDOrder returns a statement that locks the dead messages where
+// selects, in id order, and then runs change (an UPDATE or DELETE of {t}
+// ending in a WHERE clause) on them. Statements that lock several dead
+// messages take them in that one order (see overtakenBy), whatever plan
+// PostgreSQL picks for change itself.
+func deadInIDOrder(where, change string) string {
+	return `
+WITH locked AS MATERIALIZED (
+	SELECT id FROM {t} WHERE status = 'dead' AND ` + where + `
+	ORDER BY id
+	FOR UPDATE
+)
+` + strings.TrimSpace(change) + ` id = ANY(ARRAY(SELECT id FROM locked)) AND status = 'dead'`
+}
 
 // countingOvertaken turns st's statements that settle published messages
 // into ones that also count them on the dead messages of their keys they
@@ -426,13 +462,9 @@ SELECT
 		listDead:    sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE status = 'dead' AND id > $1 ORDER BY id LIMIT $2`),
 		getOld:      sql(`SELECT ` + messageColumns + `, 0 FROM {t} WHERE id = $1`),
 		listDeadOld: sql(`SELECT ` + messageColumns + `, 0 FROM {t} WHERE status = 'dead' AND id > $1 ORDER BY id LIMIT $2`),
-		retryDead: sql(`
-UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL, locked_until = NULL
-WHERE status = 'dead' AND id = ANY($1::uuid[])`),
-		retryAll: sql(`
-UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), lease_token = NULL, locked_until = NULL
-WHERE status = 'dead'`),
-		discardDead: sql(`DELETE FROM {t} WHERE status = 'dead' AND id = ANY($1::uuid[])`),
+		retryDead:   sql(deadInIDOrder(`id = ANY($1::uuid[])`, retryDeadChange)),
+		retryAll:    sql(deadInIDOrder(`true`, retryDeadChange)),
+		discardDead: sql(deadInIDOrder(`id = ANY($1::uuid[])`, `DELETE FROM {t} WHERE`)),
 	}
 	if orderByKey && !deadHolds {
 		countingOvertaken(&st, sql)
