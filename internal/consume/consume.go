@@ -44,9 +44,6 @@ type Delivery interface {
 // RetryPollDefault is Config.RetryPoll when zero.
 const RetryPollDefault = time.Second
 
-// retryBatch is how many requested retries RetryParked takes at a time.
-const retryBatch = 100
-
 // Config is the part of a consumer's configuration the lanes use.
 type Config struct {
 	// Consumer names the consumer in logs and in Parked.
@@ -183,7 +180,11 @@ func (h *handling) try(ctx context.Context, fn func(context.Context, outbox.Mess
 	err := attempt1(ctx, h.cfg, h.m, fn)
 	if err == nil {
 		if err := h.d.Ack(ctx); err != nil && ctx.Err() == nil {
-			h.log.Warn("outbox consumer: acknowledgement failed; the message will come again and the inbox skip it", slog.Any("error", err))
+			if _, retry := h.d.(*retried); retry {
+				h.log.Warn("outbox consumer: unparking a retried message failed; it is handed back and retried again, and the inbox skips it if it was applied", slog.Any("error", err))
+			} else {
+				h.log.Warn("outbox consumer: acknowledgement failed; the message will come again and the inbox skip it", slog.Any("error", err))
+			}
 		}
 		h.overtook(ctx)
 		return 0, false
@@ -247,7 +248,7 @@ func park(ctx context.Context, cfg Config, log *slog.Logger, d Delivery, m outbo
 	if _, ok := d.(*retried); ok {
 		log.Error("outbox consumer: retried message parked again: the handler failed again", slog.Int("attempts", attempts), slog.Any("error", cause))
 		if err := d.Park(ctx, attempts, cause); err != nil {
-			log.Error("outbox consumer: recording the new failure of a retried message failed; it stays parked with its former error", slog.Any("error", err))
+			log.Error("outbox consumer: recording the new failure of a retried message failed; it is handed back and retried again", slog.Any("error", err))
 		}
 		return
 	}

@@ -28,11 +28,23 @@ type memParkedRow struct {
 	m         outbox.Message
 	overtaken int
 	retry     bool
+	taken     bool // by a process, for a retry: until it unparks, parks again or hands it back
 	waiting   bool
 }
 
 func (p *memParked) find(consumer string, id uuid.UUID) int {
 	return slices.IndexFunc(p.rows, func(r *memParkedRow) bool { return r.consumer == consumer && r.m.ID == id })
+}
+
+// row returns a copy of consumer's row id, or nil.
+func (p *memParked) row(consumer string, id uuid.UUID) *memParkedRow {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := p.find(consumer, id); i >= 0 {
+		r := *p.rows[i]
+		return &r
+	}
+	return nil
 }
 
 func (p *memParked) first(consumer, key string) *memParkedRow {
@@ -47,7 +59,7 @@ func (p *memParked) Park(_ context.Context, consumer string, m outbox.Message, _
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if i := p.find(consumer, m.ID); i >= 0 {
-		p.rows[i].retry, p.rows[i].waiting = false, false
+		p.rows[i].retry, p.rows[i].waiting, p.rows[i].taken = false, false, false
 		return nil
 	}
 	p.rows = append(p.rows, &memParkedRow{consumer: consumer, m: m})
@@ -59,8 +71,8 @@ func (p *memParked) TakeRetries(_ context.Context, consumer string, limit int) (
 	defer p.mu.Unlock()
 	var out []outbox.Message
 	for _, r := range p.rows {
-		if len(out) < limit && r.consumer == consumer && r.retry && (!r.waiting || p.first(consumer, r.m.Key) == r) {
-			r.retry = false
+		if len(out) < limit && r.consumer == consumer && r.retry && !r.taken && (!r.waiting || p.first(consumer, r.m.Key) == r) {
+			r.retry, r.taken = false, true
 			out = append(out, r.m)
 		}
 	}
@@ -103,7 +115,7 @@ func (p *memParked) ParkRetried(_ context.Context, consumer string, m outbox.Mes
 	defer p.mu.Unlock()
 	i := p.find(consumer, m.ID)
 	if i >= 0 {
-		p.rows[i].retry, p.rows[i].waiting = false, false
+		p.rows[i].retry, p.rows[i].waiting, p.rows[i].taken = false, false, false
 	}
 	return i >= 0, nil
 }
@@ -113,8 +125,8 @@ func (p *memParked) ParkRetried(_ context.Context, consumer string, m outbox.Mes
 func (p *memParked) ReturnTaken(_ context.Context, consumer string, id uuid.UUID) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i := p.find(consumer, id); i >= 0 {
-		p.rows[i].retry = true
+	if i := p.find(consumer, id); i >= 0 && p.rows[i].taken {
+		p.rows[i].retry, p.rows[i].taken = true, false
 	}
 	return nil
 }
@@ -136,10 +148,10 @@ func (p *memParked) TakeNextWaiting(_ context.Context, consumer, key string) (ou
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	head := p.first(consumer, key)
-	if head == nil || !head.waiting || !head.retry {
+	if head == nil || !head.waiting || !head.retry || head.taken {
 		return outbox.Message{}, false, nil
 	}
-	head.retry = false
+	head.retry, head.taken = false, true
 	return head.m, true, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/backoff"
 )
 
 // retried is a parked message brought back by RetryParked: acknowledging it
@@ -79,7 +80,7 @@ func (r *retried) Park(ctx context.Context, attempts int, cause error) error {
 
 // RetryParked runs until ctx ends: every cfg.RetryPoll it takes the parked
 // messages of cfg.Consumer whose retry an operator requested (`outbox inbox
-// parked retry`) and handles each with fn as Handle does, with a new round
+// parked retry`), one at a time, and handles each with fn as Handle does, with a new round
 // of attempts: a success unparks it, a failure parks it again with the new
 // error. Retried messages are handled one at a time, outside the lanes.
 // When one is unparked, the messages of its key that wait behind it
@@ -99,20 +100,22 @@ func RetryParked(ctx context.Context, cfg Config, fn func(context.Context, outbo
 	defer tick.Stop()
 	for {
 		for ctx.Err() == nil {
-			msgs, err := cfg.Parked.TakeRetries(ctx, cfg.Consumer, retryBatch)
+			// One at a time: a message taken is marked in a handler, so
+			// a batch would mark the rest taken while none of them is,
+			// and a process killed meanwhile would leave them all taken.
+			msgs, err := cfg.Parked.TakeRetries(ctx, cfg.Consumer, 1)
 			if err != nil {
 				if ctx.Err() == nil {
 					log.Warn("outbox consumer: reading the retries of parked messages failed; trying again at the next poll", slog.Any("error", err))
 				}
 				break
 			}
-			for _, m := range msgs {
-				log.Info("outbox consumer: retrying a parked message, as requested", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
-				retryKey(ctx, cfg, log, m, fn)
-			}
-			if len(msgs) < retryBatch {
+			if len(msgs) == 0 {
 				break
 			}
+			m := msgs[0]
+			log.Info("outbox consumer: retrying a parked message, as requested", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
+			retryKey(ctx, cfg, log, m, fn)
 		}
 		select {
 		case <-ctx.Done():
@@ -125,8 +128,8 @@ func RetryParked(ctx context.Context, cfg Config, fn func(context.Context, outbo
 // StartRetrying runs RetryParked in a goroutine, if cfg.Parked is set; stop
 // ends it and waits for it. A message it was handling stays parked and is
 // handed back (its retry requested again, for the next process) if the
-// store can (the inbox tables); else it stays taken by this process, and
-// `outbox inbox parked retry --force` retries it again.
+// store can (the inbox tables); else it stays parked with no retry
+// requested, and `outbox inbox parked retry` requests it again.
 func StartRetrying(ctx context.Context, cfg Config, fn func(context.Context, outbox.Message) error) (stop func()) {
 	if cfg.Parked == nil {
 		return func() {}
@@ -147,7 +150,11 @@ func retryKey(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Messag
 	for {
 		r := &retried{cfg: cfg, log: log, m: m}
 		Handle(ctx, cfg, r, fn)
-		if !r.settled && ctx.Err() != nil {
+		// Not settled: ctx ended in the handler, or the unpark or park
+		// again failed. Either way the message is still taken by this
+		// process, and nothing else takes it, nor the rest of its key,
+		// until it is handed back.
+		if !r.settled {
 			handBack(ctx, cfg, log, m)
 			return
 		}
@@ -171,24 +178,45 @@ func retryKey(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Messag
 	}
 }
 
-// handBackTimeout bounds the hand-back of a message when its process stops.
+// handBackTimeout bounds the hand-back of a message, on a context of its
+// own: the process may be stopping, or the store briefly failing.
 const handBackTimeout = 5 * time.Second
 
-// handBack returns the parked message m, which this process took and whose
-// handler ctx's end interrupted, to the store: its retry is requested
-// again, so the next process takes it instead of it staying taken until an
-// operator forces it.
+// handBack returns the parked message m, which this process took and did
+// not settle (its process is stopping, or its unpark or park again failed),
+// to the store: its retry is requested again, so a process (this one, if it
+// still runs) takes it again instead of it staying taken until an operator
+// takes it back. It tries again, with backoff, until handBackTimeout.
 func handBack(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Message) {
 	end, ok := cfg.Parked.(retryEnd)
 	if !ok {
 		return
 	}
+	stopping := ctx.Err() != nil
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
 	defer cancel()
-	if err := end.ReturnTaken(ctx, cfg.Consumer, m.ID); err != nil {
-		log.Warn("outbox consumer: handing back a retried message at stop failed; it stays taken by this process: retry it with `outbox inbox parked retry --force`",
-			slog.String("message_id", m.ID.String()), slog.Any("error", err))
+	var err error
+	for failures := 1; ; failures++ {
+		if err = end.ReturnTaken(ctx, cfg.Consumer, m.ID); err == nil {
+			break
+		}
+		if !sleep(ctx, backoff.Cap(handBackBackoffBase, handBackBackoffMax, failures)) {
+			log.Warn("outbox consumer: handing back a retried message failed; it stays taken by this process: "+
+				"take it back with `outbox inbox parked retry --taken` once this process has stopped",
+				slog.String("message_id", m.ID.String()), slog.Any("error", err))
+			return
+		}
+	}
+	if stopping {
+		log.Info("outbox consumer: stopped during the retry of a parked message; handed it back, its retry requested again", slog.String("message_id", m.ID.String()))
 		return
 	}
-	log.Info("outbox consumer: stopped during the retry of a parked message; handed it back, its retry requested again", slog.String("message_id", m.ID.String()))
+	log.Warn("outbox consumer: the end of a retried message's retry was not recorded; handed it back, its retry requested again, and it will be retried again",
+		slog.String("message_id", m.ID.String()))
 }
+
+// handBackBackoffBase and handBackBackoffMax pace handBack's attempts.
+const (
+	handBackBackoffBase = 50 * time.Millisecond
+	handBackBackoffMax  = time.Second
+)
