@@ -26,21 +26,22 @@ var _ outbox.KeyParkStore = (*InboxTable)(nil)
 // parkedStatements are the statements on the parked table that sits beside
 // an inbox table: <table>_parked, one row per consumer and parked message.
 type parkedStatements struct {
-	name     string // schema.table_parked, unquoted
-	keyIndex string // schema.index, unquoted: the newest thing Migrate makes (once the key index, now the taken index)
-	create   string
-	park     string // $1 consumer, $2 id, $3 topic, $4 key, $5 headers, $6 payload, $7 created_at, $8 error, $9 attempts
-	take     string // $1 consumer, $2 limit
-	list     string // $1 consumer or '', $2 after, $3 limit
-	get      string // $1 consumer or '', $2 id
-	retry    string // $1 consumer, $2 ids (empty: all)
-	lockKeys string // $1 consumer, $2 ids
-	remove   string // $1 consumer, $2 ids: an unpark
-	discard  string // $1 consumer, $2 ids
-	counts   string
+	name        string // schema.table_parked, unquoted
+	keyIndex    string // schema.index, unquoted: the newest thing Migrate makes (once the key index, now the taken index)
+	create      string
+	park        string // $1 consumer, $2 id, $3 topic, $4 key, $5 headers, $6 payload, $7 created_at, $8 error, $9 attempts
+	take        string // $1 consumer, $2 limit
+	list        string // $1 consumer or '', $2 after, $3 limit
+	get         string // $1 consumer or '', $2 id
+	retry       string // $1 consumer, $2 ids (empty: all)
+	lockKeys    string // $1 consumer, $2 ids
+	remove      string // $1 consumer, $2 ids: an unpark
+	unparkTaken string // $1 consumer, $2 ids, $3 taken_at: the unpark of a retry's end
+	discard     string // $1 consumer, $2 ids
+	counts      string
 
-	parkAgain string // $1 consumer, $2 id, $3 error, $4 attempts
-	giveBack  string // $1 consumer, $2 id
+	parkAgain string // $1 consumer, $2 id, $3 error, $4 attempts, $5 taken_at
+	giveBack  string // $1 consumer, $2 id, $3 taken_at
 	forget    string // $1 consumer, $2 ids (empty: all)
 	stalled   string
 	taken     string
@@ -112,10 +113,12 @@ ON CONFLICT (consumer, message_id) DO UPDATE SET error = EXCLUDED.error, attempt
 		// (RequestRetry marks no other, but a retry requested before
 		// the message ahead of it was parked again may remain).
 		// The message is taken: in the taker's handler until it unparks
-		// or parks it again.
+		// or parks it again. A taken one is not taken again even if its
+		// retry is requested (by a client older than taken_at): it is
+		// in a handler already.
 		take: `UPDATE ` + q + ` AS p SET retry_requested = false, taken_at = now() WHERE (consumer, message_id) IN (
-	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = $1 AND retry_requested AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
-	ORDER BY parked_at LIMIT $2 FOR UPDATE SKIP LOCKED) AND retry_requested
+	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = $1 AND retry_requested AND taken_at IS NULL AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
+	ORDER BY parked_at LIMIT $2 FOR UPDATE SKIP LOCKED) AND retry_requested AND taken_at IS NULL
 RETURNING ` + parkedReturning,
 		list: `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id > $2 ORDER BY message_id, consumer LIMIT $3`,
 		get:  `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE ($1 = '' OR consumer = $1) AND message_id = $2 ORDER BY consumer LIMIT 2`,
@@ -134,14 +137,17 @@ RETURNING ` + parkedReturning,
 	SELECT DISTINCT hashtextextended(key, hashtextextended($1, ` + strconv.FormatInt(lockKey("outboxpg parked keys "+schema+"."+name), 10) + `)) AS k
 	FROM ` + q + ` WHERE consumer = $1 AND message_id = ANY ($2) AND key <> '' ORDER BY k) AS keys`,
 		remove: `DELETE FROM ` + q + ` WHERE consumer = $1 AND message_id = ANY ($2) RETURNING key, seq`,
+		// A retry's end acts only on its own take: an operator may
+		// have taken the message back and another process taken it.
+		unparkTaken: `DELETE FROM ` + q + ` WHERE consumer = $1 AND message_id = ANY ($2) AND taken_at = $3 RETURNING key, seq`,
 		// A taken message is in a handler: discarded, its key would go
 		// on while it is applied, and a failure would park it again as
 		// a new head.
 		discard: `DELETE FROM ` + q + ` WHERE consumer = $1 AND message_id = ANY ($2) AND taken_at IS NULL RETURNING key, seq`,
 		// In place: the row keeps its seq, its place in its key's order.
 		parkAgain: `UPDATE ` + q + ` SET error = $3, attempts = $4, parked_at = now(), retry_requested = false, waiting = false, taken_at = NULL
-WHERE consumer = $1 AND message_id = $2`,
-		giveBack: `UPDATE ` + q + ` SET taken_at = NULL, retry_requested = true WHERE consumer = $1 AND message_id = $2 AND taken_at IS NOT NULL`,
+WHERE consumer = $1 AND message_id = $2 AND taken_at = $5`,
+		giveBack: `UPDATE ` + q + ` SET taken_at = NULL, retry_requested = true WHERE consumer = $1 AND message_id = $2 AND taken_at = $3`,
 		forget:   `UPDATE ` + q + ` SET taken_at = NULL WHERE consumer = $1 AND (cardinality($2::uuid[]) = 0 OR message_id = ANY ($2)) AND taken_at IS NOT NULL`,
 		// First of its key and waiting, yet nobody requested it nor took
 		// it: nothing will apply it, nor the rest of its key.
@@ -165,7 +171,7 @@ SELECT message_id FROM head`,
 		// message: next and take each take it only by clearing that
 		// request, so one of them hands it out, never both.
 		next: `UPDATE ` + q + ` AS p SET retry_requested = false, taken_at = now() WHERE (consumer, message_id) = (
-	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = $1 AND key = $2 ORDER BY seq LIMIT 1 FOR UPDATE) AND waiting AND retry_requested
+	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = $1 AND key = $2 ORDER BY seq LIMIT 1 FOR UPDATE) AND waiting AND retry_requested AND taken_at IS NULL
 RETURNING ` + parkedReturning,
 		// A deleted head (unparked or discarded) passes its key on: the
 		// key's next message, if it waits, is requested for a retry, in
@@ -266,6 +272,18 @@ func parkedFields(m outbox.Message) (headers *string, payload []byte, createdAt 
 // TakeRetries returns up to limit of consumer's parked messages whose retry
 // was requested and clears their request (outbox.ParkStore).
 func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int) ([]outbox.Message, error) {
+	parked, err := t.takeParked(ctx, consumer, limit)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]outbox.Message, len(parked))
+	for i, p := range parked {
+		msgs[i] = p.Message
+	}
+	return msgs, nil
+}
+
+func (t *InboxTable) takeParked(ctx context.Context, consumer string, limit int) ([]outbox.ParkedMessage, error) {
 	rows, err := t.pool.Query(ctx, t.parked.take, consumer, limit)
 	if err != nil {
 		return nil, fmt.Errorf("outboxpg: take the retries of consumer %q from %s: %w", consumer, t.parked.name, err)
@@ -274,11 +292,7 @@ func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int
 	if err != nil {
 		return nil, fmt.Errorf("outboxpg: take the retries of consumer %q from %s: %w", consumer, t.parked.name, err)
 	}
-	msgs := make([]outbox.Message, len(parked))
-	for i, p := range parked {
-		msgs[i] = p.Message
-	}
-	return msgs, nil
+	return parked, nil
 }
 
 // Unpark forgets consumer's parked message id (outbox.ParkStore). If it
@@ -373,13 +387,13 @@ func (t *InboxTable) DiscardParked(ctx context.Context, consumer string, ids ...
 // deleteParked deletes consumer's parked messages ids with remove (remove
 // or discard), and passes on the keys whose first message it deleted
 // (release), in one transaction. It returns how many it deleted.
-func (t *InboxTable) deleteParked(ctx context.Context, remove, consumer string, ids []uuid.UUID) (int, error) {
+func (t *InboxTable) deleteParked(ctx context.Context, remove, consumer string, ids []uuid.UUID, args ...any) (int, error) {
 	var n int
 	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, t.parked.lockKeys, consumer, pgUUIDs(ids)); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, remove, consumer, pgUUIDs(ids))
+		rows, err := tx.Query(ctx, remove, append([]any{consumer, pgUUIDs(ids)}, args...)...)
 		if err != nil {
 			return err
 		}
@@ -452,18 +466,8 @@ func (t *InboxTable) ParkBehind(ctx context.Context, consumer string, m outbox.M
 // waits and its retry is requested (the unpark or discard of the message
 // before it requested it), and clears the request (outbox.KeyParkStore).
 func (t *InboxTable) TakeNextWaiting(ctx context.Context, consumer, key string) (outbox.Message, bool, error) {
-	rows, err := t.pool.Query(ctx, t.parked.next, consumer, key)
-	if err != nil {
-		return outbox.Message{}, false, fmt.Errorf("outboxpg: take the next waiting message of key %q of consumer %q from %s: %w", key, consumer, t.parked.name, err)
-	}
-	parked, err := pgx.CollectRows(rows, scanParked)
-	if err != nil {
-		return outbox.Message{}, false, fmt.Errorf("outboxpg: take the next waiting message of key %q of consumer %q from %s: %w", key, consumer, t.parked.name, err)
-	}
-	if len(parked) == 0 {
-		return outbox.Message{}, false, nil
-	}
-	return parked[0].Message, true, nil
+	p, ok, err := t.TakeNext(ctx, consumer, key)
+	return p.Message, ok, err
 }
 
 // CountOvertaken adds one to Overtaken of consumer's parked messages of key

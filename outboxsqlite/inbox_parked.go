@@ -21,19 +21,20 @@ var _ outbox.KeyParkStore = (*InboxTable)(nil)
 // an inbox table: <table>_parked, one row per consumer and parked message.
 // Times are microseconds since the Unix epoch, as in the inbox table.
 type parkedStatements struct {
-	name    string // main.table_parked
-	create  string
-	park    string // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 attempts, ?10 now
-	take    string // ?1 consumer, ?2 limit, ?3 now
-	list    string // ?1 consumer or '', ?2 after, ?3 limit
-	get     string // ?1 consumer or '', ?2 id
-	retry   string // ?1 consumer, ?2 JSON array of ids (empty: all)
-	remove  string // ?1 consumer, ?2 JSON array of ids: an unpark
-	discard string // ?1 consumer, ?2 JSON array of ids
-	counts  string
+	name        string // main.table_parked
+	create      string
+	park        string // ?1 consumer, ?2 id, ?3 topic, ?4 key, ?5 headers, ?6 payload, ?7 created_at, ?8 error, ?9 attempts, ?10 now
+	take        string // ?1 consumer, ?2 limit, ?3 now
+	list        string // ?1 consumer or '', ?2 after, ?3 limit
+	get         string // ?1 consumer or '', ?2 id
+	retry       string // ?1 consumer, ?2 JSON array of ids (empty: all)
+	remove      string // ?1 consumer, ?2 JSON array of ids: an unpark
+	unparkTaken string // ?1 consumer, ?2 JSON array of ids, ?3 taken_at: the unpark of a retry's end
+	discard     string // ?1 consumer, ?2 JSON array of ids
+	counts      string
 
-	parkAgain string // ?1 consumer, ?2 id, ?3 error, ?4 attempts, ?5 now
-	giveBack  string // ?1 consumer, ?2 id
+	parkAgain string // ?1 consumer, ?2 id, ?3 error, ?4 attempts, ?5 now, ?6 taken_at
+	giveBack  string // ?1 consumer, ?2 id, ?3 taken_at
 	forget    string // ?1 consumer, ?2 JSON array of ids (empty: all)
 	stalled   string
 	taken     string
@@ -115,10 +116,12 @@ ON CONFLICT (consumer, message_id) DO UPDATE SET error = excluded.error, attempt
 		// marks no other, but a retry requested before the message ahead
 		// of it was parked again may remain).
 		// The message is taken: in the taker's handler until it unparks
-		// or parks it again. ?3 now.
+		// or parks it again. A taken one is not taken again even if its
+		// retry is requested (by a client older than taken_at): it is
+		// in a handler already. ?3 now.
 		take: `UPDATE ` + q + ` SET retry_requested = 0, taken_at = ?3 WHERE (consumer, message_id) IN (
-	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND retry_requested AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
-	ORDER BY parked_at LIMIT ?2) AND retry_requested
+	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND retry_requested AND taken_at IS NULL AND (NOT waiting OR ` + parkedKeyFirst(q) + `)
+	ORDER BY parked_at LIMIT ?2) AND retry_requested AND taken_at IS NULL
 RETURNING ` + parkedReturning,
 		list: `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id > ?2 ORDER BY message_id, consumer LIMIT ?3`,
 		get:  `SELECT ` + parkedSelect(q) + ` FROM ` + q + ` AS p WHERE (?1 = '' OR consumer = ?1) AND message_id = ?2 ORDER BY consumer LIMIT 2`,
@@ -128,14 +131,17 @@ RETURNING ` + parkedReturning,
 	SELECT consumer, message_id FROM ` + q + ` AS p WHERE consumer = ?1 AND (?2 = '[]' OR message_id IN (SELECT value FROM json_each(?2)))
 	AND taken_at IS NULL AND (NOT waiting OR ` + parkedKeyFirst(q) + `))`,
 		remove: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id IN (SELECT value FROM json_each(?2)) RETURNING key, seq`,
+		// A retry's end acts only on its own take: an operator may
+		// have taken the message back and another process taken it.
+		unparkTaken: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id IN (SELECT value FROM json_each(?2)) AND taken_at = ?3 RETURNING key, seq`,
 		// A taken message is in a handler: discarded, its key would go
 		// on while it is applied, and a failure would park it again as
 		// a new head.
 		discard: `DELETE FROM ` + q + ` WHERE consumer = ?1 AND message_id IN (SELECT value FROM json_each(?2)) AND taken_at IS NULL RETURNING key, seq`,
 		// In place: the row keeps its seq, its place in its key's order.
 		parkAgain: `UPDATE ` + q + ` SET error = ?3, attempts = ?4, parked_at = ?5, retry_requested = 0, waiting = 0, taken_at = NULL
-WHERE consumer = ?1 AND message_id = ?2`,
-		giveBack: `UPDATE ` + q + ` SET taken_at = NULL, retry_requested = 1 WHERE consumer = ?1 AND message_id = ?2 AND taken_at IS NOT NULL`,
+WHERE consumer = ?1 AND message_id = ?2 AND taken_at = ?6`,
+		giveBack: `UPDATE ` + q + ` SET taken_at = NULL, retry_requested = 1 WHERE consumer = ?1 AND message_id = ?2 AND taken_at = ?3`,
 		forget:   `UPDATE ` + q + ` SET taken_at = NULL WHERE consumer = ?1 AND (?2 = '[]' OR message_id IN (SELECT value FROM json_each(?2))) AND taken_at IS NOT NULL`,
 		// First of its key and waiting, yet nobody requested it nor took
 		// it: nothing will apply it, nor the rest of its key.
@@ -151,7 +157,7 @@ ON CONFLICT (consumer, message_id) DO NOTHING`,
 		// message: next and take each take it only by clearing that
 		// request, so one of them hands it out, never both.
 		next: `UPDATE ` + q + ` SET retry_requested = 0, taken_at = ?3 WHERE (consumer, message_id) IN (
-	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1) AND waiting AND retry_requested
+	SELECT consumer, message_id FROM ` + q + ` WHERE consumer = ?1 AND key = ?2 ORDER BY seq LIMIT 1) AND waiting AND retry_requested AND taken_at IS NULL
 RETURNING ` + parkedReturning,
 		// A deleted head (unparked or discarded) passes its key on: the
 		// key's next message, if it waits, is requested for a retry, in
@@ -264,6 +270,18 @@ func parkedFields(m outbox.Message) (headers sql.NullString, payload []byte, cre
 // TakeRetries returns up to limit of consumer's parked messages whose retry
 // was requested and clears their request (outbox.ParkStore).
 func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int) ([]outbox.Message, error) {
+	parked, err := t.takeParked(ctx, consumer, limit)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]outbox.Message, len(parked))
+	for i, p := range parked {
+		msgs[i] = p.Message
+	}
+	return msgs, nil
+}
+
+func (t *InboxTable) takeParked(ctx context.Context, consumer string, limit int) ([]outbox.ParkedMessage, error) {
 	var parked []outbox.ParkedMessage
 	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, t.parked.take, consumer, limit, time.Now().UnixMicro())
@@ -276,11 +294,7 @@ func (t *InboxTable) TakeRetries(ctx context.Context, consumer string, limit int
 	if err != nil {
 		return nil, fmt.Errorf("outboxsqlite: take the retries of consumer %q from %s: %w", consumer, t.parked.name, err)
 	}
-	msgs := make([]outbox.Message, len(parked))
-	for i, p := range parked {
-		msgs[i] = p.Message
-	}
-	return msgs, nil
+	return parked, nil
 }
 
 // Unpark forgets consumer's parked message id (outbox.ParkStore). If it
@@ -386,11 +400,11 @@ func (t *InboxTable) DiscardParked(ctx context.Context, consumer string, ids ...
 // or discard), and passes on the keys whose first message it deleted
 // (release), in one transaction. It returns how many it deleted. Writers
 // take turns, so two deletes of one key never overlap.
-func (t *InboxTable) deleteParked(ctx context.Context, remove, consumer string, ids []uuid.UUID) (int, error) {
+func (t *InboxTable) deleteParked(ctx context.Context, remove, consumer string, ids []uuid.UUID, args ...any) (int, error) {
 	var deleted [][2]any // key, seq
 	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
 		deleted = deleted[:0]
-		rows, err := tx.QueryContext(ctx, remove, consumer, idsJSON(ids))
+		rows, err := tx.QueryContext(ctx, remove, append([]any{consumer, idsJSON(ids)}, args...)...)
 		if err != nil {
 			return err
 		}
@@ -509,22 +523,8 @@ func (t *InboxTable) ParkBehind(ctx context.Context, consumer string, m outbox.M
 // waits and its retry is requested (the unpark or discard of the message
 // before it requested it), and clears the request (outbox.KeyParkStore).
 func (t *InboxTable) TakeNextWaiting(ctx context.Context, consumer, key string) (outbox.Message, bool, error) {
-	var parked []outbox.ParkedMessage
-	err := t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, t.parked.next, consumer, key, time.Now().UnixMicro())
-		if err != nil {
-			return err
-		}
-		parked, err = scanParked(rows)
-		return err
-	})
-	if err != nil {
-		return outbox.Message{}, false, fmt.Errorf("outboxsqlite: take the next waiting message of key %q of consumer %q from %s: %w", key, consumer, t.parked.name, err)
-	}
-	if len(parked) == 0 {
-		return outbox.Message{}, false, nil
-	}
-	return parked[0].Message, true, nil
+	p, ok, err := t.TakeNext(ctx, consumer, key)
+	return p.Message, ok, err
 }
 
 // CountOvertaken adds one to Overtaken of consumer's parked messages of key

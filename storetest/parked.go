@@ -29,9 +29,11 @@ type ParkedTable interface {
 
 	// A consumer process's end of a retry, and the operator's view of
 	// the messages processes took.
-	UnparkRetried(ctx context.Context, consumer string, id uuid.UUID) (bool, error)
-	ParkRetried(ctx context.Context, consumer string, m outbox.Message, attempts int, reason string) (bool, error)
-	ReturnTaken(ctx context.Context, consumer string, id uuid.UUID) error
+	TakeRetry(ctx context.Context, consumer string) (outbox.ParkedMessage, bool, error)
+	TakeNext(ctx context.Context, consumer, key string) (outbox.ParkedMessage, bool, error)
+	UnparkRetried(ctx context.Context, consumer string, id uuid.UUID, taken time.Time) (bool, error)
+	ParkRetried(ctx context.Context, consumer string, m outbox.Message, taken time.Time, attempts int, reason string) (bool, error)
+	ReturnTaken(ctx context.Context, consumer string, id uuid.UUID, taken time.Time) error
 	ForgetTaken(ctx context.Context, consumer string, ids ...uuid.UUID) (int, error)
 	StalledCounts(ctx context.Context) (map[string]int64, error)
 	TakenCounts(ctx context.Context) (map[string]int64, error)
@@ -63,6 +65,8 @@ func parkedCases() []struct {
 		{"a message a stopped process took is taken back by forgetting it was taken, and a key nobody will go on with is counted stalled", testParkedForgetTakenAndStalled},
 		{"a retry's end tells whether the message was still parked, and parks nothing that was discarded", testParkedRetryEndSeesADiscard},
 		{"a message a stopping process hands back is requested again, taken by the next process", testParkedReturnTaken},
+		{"the end of a retry by a process whose take an operator took back leaves the take of the next process alone", testParkedRetryEndOfAnOldTakerLeavesTheNewOne},
+		{"a taken message, head or next waiting, is not taken again until its taker ends or hands it back", testParkedTakenNextIsTakenOnce},
 	}
 }
 

@@ -140,20 +140,21 @@ func testParkedRetryEndSeesADiscard(t *testing.T, p ParkedTable) {
 	park(t, p, "billing", m2, 5, "no such customer")
 	requestRetry(t, p, "billing", 2)
 	takeRetries(t, p, "billing", 10)
-	if ok, err := p.UnparkRetried(t.Context(), "billing", m1.ID); err != nil || !ok {
+	taken1, taken2 := getParked(t, p, "billing", m1.ID).TakenAt, getParked(t, p, "billing", m2.ID).TakenAt
+	if ok, err := p.UnparkRetried(t.Context(), "billing", m1.ID, taken1); err != nil || !ok {
 		t.Fatalf("unpark %s after its retry: %v, %v; want true (it was parked)", m1.ID, ok, err)
 	}
-	if ok, err := p.UnparkRetried(t.Context(), "billing", m1.ID); err != nil || ok {
+	if ok, err := p.UnparkRetried(t.Context(), "billing", m1.ID, taken1); err != nil || ok {
 		t.Fatalf("unpark %s again: %v, %v; want false (it was gone)", m1.ID, ok, err)
 	}
-	if ok, err := p.ParkRetried(t.Context(), "billing", m2, 1, "failed again"); err != nil || !ok {
+	if ok, err := p.ParkRetried(t.Context(), "billing", m2, taken2, 1, "failed again"); err != nil || !ok {
 		t.Fatalf("park %s again after its retry failed: %v, %v; want true", m2.ID, ok, err)
 	}
 	if got := getParked(t, p, "billing", m2.ID); got.Error != "failed again" || got.Attempts != 1 || !got.TakenAt.IsZero() || got.RetryRequested {
 		t.Fatalf("message %s parked again: error %q, %d attempts, taken at %s, retry %v; want the new error and attempts, not taken nor requested",
 			m2.ID, got.Error, got.Attempts, got.TakenAt, got.RetryRequested)
 	}
-	if ok, err := p.ParkRetried(t.Context(), "billing", m1, 1, "failed again"); err != nil || ok {
+	if ok, err := p.ParkRetried(t.Context(), "billing", m1, taken1, 1, "failed again"); err != nil || ok {
 		t.Fatalf("park %s again, gone meanwhile: %v, %v; want false", m1.ID, ok, err)
 	}
 	if _, err := p.GetParked(t.Context(), "billing", m1.ID); !errors.Is(err, outbox.ErrNotFound) {
@@ -184,7 +185,7 @@ func testParkedReturnTaken(t *testing.T, p ParkedTable) {
 		t.Fatalf("next waiting message of order-1 once %s is unparked: %s, %v; want %s", m1.ID, id, ok, m2.ID)
 	}
 	for _, id := range []uuid.UUID{m2.ID, m3.ID} {
-		if err := p.ReturnTaken(t.Context(), "billing", id); err != nil {
+		if err := p.ReturnTaken(t.Context(), "billing", id, getParked(t, p, "billing", id).TakenAt); err != nil {
 			t.Fatalf("hand back %s: %v", id, err)
 		}
 	}

@@ -19,8 +19,9 @@ import (
 // inbox tables have (storetest's parked cases): rows in arrival order, a
 // key's first row its head, waiting rows taken only as their key's first.
 type memParked struct {
-	mu   sync.Mutex
-	rows []*memParkedRow
+	mu    sync.Mutex
+	rows  []*memParkedRow
+	takes int64 // marks each take apart, as the tables' taken_at does
 }
 
 type memParkedRow struct {
@@ -28,7 +29,7 @@ type memParkedRow struct {
 	m         outbox.Message
 	overtaken int
 	retry     bool
-	taken     bool // by a process, for a retry: until it unparks, parks again or hands it back
+	taken     time.Time // by a process, for a retry: until it unparks, parks again or hands it back
 	waiting   bool
 }
 
@@ -59,7 +60,7 @@ func (p *memParked) Park(_ context.Context, consumer string, m outbox.Message, _
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if i := p.find(consumer, m.ID); i >= 0 {
-		p.rows[i].retry, p.rows[i].waiting, p.rows[i].taken = false, false, false
+		p.rows[i].retry, p.rows[i].waiting, p.rows[i].taken = false, false, time.Time{}
 		return nil
 	}
 	p.rows = append(p.rows, &memParkedRow{consumer: consumer, m: m})
@@ -71,12 +72,41 @@ func (p *memParked) TakeRetries(_ context.Context, consumer string, limit int) (
 	defer p.mu.Unlock()
 	var out []outbox.Message
 	for _, r := range p.rows {
-		if len(out) < limit && r.consumer == consumer && r.retry && !r.taken && (!r.waiting || p.first(consumer, r.m.Key) == r) {
-			r.retry, r.taken = false, true
+		if len(out) < limit && r.consumer == consumer && r.retry && r.taken.IsZero() && (!r.waiting || p.first(consumer, r.m.Key) == r) {
+			r.retry, r.taken = false, p.mark()
 			out = append(out, r.m)
 		}
 	}
 	return out, nil
+}
+
+func (p *memParked) mark() time.Time {
+	p.takes++
+	return time.Unix(0, p.takes)
+}
+
+// TakeRetry and TakeNext are the takes that return the mark a retry's end
+// names, as the inbox tables have them.
+func (p *memParked) TakeRetry(ctx context.Context, consumer string) (outbox.ParkedMessage, bool, error) {
+	msgs, _ := p.TakeRetries(ctx, consumer, 1)
+	if len(msgs) == 0 {
+		return outbox.ParkedMessage{}, false, nil
+	}
+	return p.taken(consumer, msgs[0]), true, nil
+}
+
+func (p *memParked) TakeNext(ctx context.Context, consumer, key string) (outbox.ParkedMessage, bool, error) {
+	m, ok, _ := p.TakeNextWaiting(ctx, consumer, key)
+	if !ok {
+		return outbox.ParkedMessage{}, false, nil
+	}
+	return p.taken(consumer, m), true, nil
+}
+
+func (p *memParked) taken(consumer string, m outbox.Message) outbox.ParkedMessage {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return outbox.ParkedMessage{Message: m, Consumer: consumer, TakenAt: p.rows[p.find(consumer, m.ID)].taken}
 }
 
 func (p *memParked) Unpark(_ context.Context, consumer string, id uuid.UUID) error {
@@ -100,33 +130,35 @@ func (p *memParked) remove(consumer string, i int) {
 
 // UnparkRetried and ParkRetried are the end of a retry, as the inbox
 // tables have it: they report whether the message was still parked.
-func (p *memParked) UnparkRetried(_ context.Context, consumer string, id uuid.UUID) (bool, error) {
+func (p *memParked) UnparkRetried(_ context.Context, consumer string, id uuid.UUID, taken time.Time) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	i := p.find(consumer, id)
-	if i >= 0 {
-		p.remove(consumer, i)
+	if i < 0 || !p.rows[i].taken.Equal(taken) {
+		return false, nil
 	}
-	return i >= 0, nil
+	p.remove(consumer, i)
+	return true, nil
 }
 
-func (p *memParked) ParkRetried(_ context.Context, consumer string, m outbox.Message, _ int, _ string) (bool, error) {
+func (p *memParked) ParkRetried(_ context.Context, consumer string, m outbox.Message, taken time.Time, _ int, _ string) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	i := p.find(consumer, m.ID)
-	if i >= 0 {
-		p.rows[i].retry, p.rows[i].waiting, p.rows[i].taken = false, false, false
+	if i < 0 || !p.rows[i].taken.Equal(taken) {
+		return false, nil
 	}
-	return i >= 0, nil
+	p.rows[i].retry, p.rows[i].waiting, p.rows[i].taken = false, false, time.Time{}
+	return true, nil
 }
 
 // ReturnTaken hands back a message a stopping process had taken: its
 // retry is requested again.
-func (p *memParked) ReturnTaken(_ context.Context, consumer string, id uuid.UUID) error {
+func (p *memParked) ReturnTaken(_ context.Context, consumer string, id uuid.UUID, taken time.Time) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i := p.find(consumer, id); i >= 0 && p.rows[i].taken {
-		p.rows[i].retry, p.rows[i].taken = true, false
+	if i := p.find(consumer, id); i >= 0 && !p.rows[i].taken.IsZero() && p.rows[i].taken.Equal(taken) {
+		p.rows[i].retry, p.rows[i].taken = true, time.Time{}
 	}
 	return nil
 }
@@ -148,10 +180,10 @@ func (p *memParked) TakeNextWaiting(_ context.Context, consumer, key string) (ou
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	head := p.first(consumer, key)
-	if head == nil || !head.waiting || !head.retry || head.taken {
+	if head == nil || !head.waiting || !head.retry || !head.taken.IsZero() {
 		return outbox.Message{}, false, nil
 	}
-	head.retry, head.taken = false, true
+	head.retry, head.taken = false, p.mark()
 	return head.m, true, nil
 }
 

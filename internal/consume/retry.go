@@ -18,19 +18,24 @@ type retried struct {
 	cfg      Config
 	log      *slog.Logger
 	m        outbox.Message
-	settled  bool // acknowledged or parked again: the handler is done with it
-	unparked bool // acknowledged: applied and unparked
+	taken    time.Time // the store's mark of this process's take, which the end of the retry names
+	settled  bool      // acknowledged or parked again: the handler is done with it
+	unparked bool      // acknowledged: applied and unparked
 }
 
-// retryEnd is a ParkStore that tells the end of a retry whether the
-// message was still parked: an operator may have discarded it while it was
-// in the handler (`outbox inbox parked discard --force`); and that takes
-// back a message whose process stops before its handler is done with it.
-// The inbox tables are.
+// retryEnd is a ParkStore that marks the messages it hands out for a retry
+// as taken, and whose end of a retry acts only on the take it names (its
+// mark, ParkedMessage.TakenAt) and tells whether it did: an operator may
+// have discarded the message while it was in the handler (`outbox inbox
+// parked discard --taken`), or taken it back (`retry --taken`) for another
+// process. It takes back (ReturnTaken) a message whose process did not end
+// its retry. The inbox tables are.
 type retryEnd interface {
-	UnparkRetried(ctx context.Context, consumer string, id uuid.UUID) (bool, error)
-	ParkRetried(ctx context.Context, consumer string, m outbox.Message, attempts int, reason string) (bool, error)
-	ReturnTaken(ctx context.Context, consumer string, id uuid.UUID) error
+	TakeRetry(ctx context.Context, consumer string) (outbox.ParkedMessage, bool, error)
+	TakeNext(ctx context.Context, consumer, key string) (outbox.ParkedMessage, bool, error)
+	UnparkRetried(ctx context.Context, consumer string, id uuid.UUID, taken time.Time) (bool, error)
+	ParkRetried(ctx context.Context, consumer string, m outbox.Message, taken time.Time, attempts int, reason string) (bool, error)
+	ReturnTaken(ctx context.Context, consumer string, id uuid.UUID, taken time.Time) error
 }
 
 func (r *retried) Message() outbox.Message { return r.m }
@@ -44,16 +49,16 @@ func (r *retried) Ack(ctx context.Context) error {
 		r.settled, r.unparked = err == nil, err == nil
 		return err
 	}
-	found, err := end.UnparkRetried(ctx, r.cfg.Consumer, r.m.ID)
+	found, err := end.UnparkRetried(ctx, r.cfg.Consumer, r.m.ID, r.taken)
 	if err != nil {
 		return err
 	}
 	r.settled = true
 	if !found {
-		// The discard passed its key on already: the chain is not this
-		// process's to go on with.
-		r.log.Warn("outbox consumer: a retried message was discarded while its handler ran (`outbox inbox parked discard --force`); "+
-			"it was applied nonetheless, maybe after later messages of its key that the discard let go on",
+		// The discard passed its key on already, or another process has
+		// the message now: the chain is not this process's to go on with.
+		r.log.Warn("outbox consumer: a retried message was discarded while its handler ran, or taken back for another process (`outbox inbox parked discard|retry --taken`); "+
+			"it was applied nonetheless, maybe after later messages of its key that a discard let go on, and a retry applies it again",
 			slog.String("message_id", r.m.ID.String()), slog.String("key", r.m.Key))
 		return nil
 	}
@@ -68,11 +73,11 @@ func (r *retried) Park(ctx context.Context, attempts int, cause error) error {
 		r.settled = err == nil
 		return err
 	}
-	found, err := end.ParkRetried(ctx, r.cfg.Consumer, r.m, attempts, cause.Error())
+	found, err := end.ParkRetried(ctx, r.cfg.Consumer, r.m, r.taken, attempts, cause.Error())
 	r.settled = err == nil
 	if err == nil && !found {
-		r.log.Warn("outbox consumer: a retried message was discarded while its handler ran (`outbox inbox parked discard --force`); "+
-			"the handler failed again, and it is not parked again",
+		r.log.Warn("outbox consumer: a retried message was discarded while its handler ran, or taken back for another process (`outbox inbox parked discard|retry --taken`); "+
+			"the handler failed again, and it is left as the operator left it",
 			slog.String("message_id", r.m.ID.String()), slog.String("key", r.m.Key), slog.Any("error", cause))
 	}
 	return err
@@ -103,19 +108,18 @@ func RetryParked(ctx context.Context, cfg Config, fn func(context.Context, outbo
 			// One at a time: a message taken is marked in a handler, so
 			// a batch would mark the rest taken while none of them is,
 			// and a process killed meanwhile would leave them all taken.
-			msgs, err := cfg.Parked.TakeRetries(ctx, cfg.Consumer, 1)
+			t, ok, err := takeRetry(ctx, cfg)
 			if err != nil {
 				if ctx.Err() == nil {
 					log.Warn("outbox consumer: reading the retries of parked messages failed; trying again at the next poll", slog.Any("error", err))
 				}
 				break
 			}
-			if len(msgs) == 0 {
+			if !ok {
 				break
 			}
-			m := msgs[0]
-			log.Info("outbox consumer: retrying a parked message, as requested", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic))
-			retryKey(ctx, cfg, log, m, fn)
+			log.Info("outbox consumer: retrying a parked message, as requested", slog.String("message_id", t.m.ID.String()), slog.String("topic", t.m.Topic))
+			retryKey(ctx, cfg, log, t, fn)
 		}
 		select {
 		case <-ctx.Done():
@@ -143,25 +147,57 @@ func StartRetrying(ctx context.Context, cfg Config, fn func(context.Context, out
 	}
 }
 
-// retryKey handles the parked message m, then, while each succeeds, the
-// messages of its key that waited behind it.
-func retryKey(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Message, fn func(context.Context, outbox.Message) error) {
+// take is a parked message taken for a retry, with the store's mark of the
+// take (zero from a store that marks none).
+type take struct {
+	m     outbox.Message
+	taken time.Time
+}
+
+// takeRetry takes one requested retry of cfg.Consumer's.
+func takeRetry(ctx context.Context, cfg Config) (take, bool, error) {
+	if end, ok := cfg.Parked.(retryEnd); ok {
+		p, ok, err := end.TakeRetry(ctx, cfg.Consumer)
+		return take{m: p.Message, taken: p.TakenAt}, ok, err
+	}
+	msgs, err := cfg.Parked.TakeRetries(ctx, cfg.Consumer, 1)
+	if err != nil || len(msgs) == 0 {
+		return take{}, false, err
+	}
+	return take{m: msgs[0]}, true, nil
+}
+
+// takeNext takes the next message waiting behind key, once its first was
+// unparked.
+func takeNext(ctx context.Context, cfg Config, ks outbox.KeyParkStore, key string) (take, bool, error) {
+	if end, ok := cfg.Parked.(retryEnd); ok {
+		p, ok, err := end.TakeNext(ctx, cfg.Consumer, key)
+		return take{m: p.Message, taken: p.TakenAt}, ok, err
+	}
+	m, ok, err := ks.TakeNextWaiting(ctx, cfg.Consumer, key)
+	return take{m: m}, ok, err
+}
+
+// retryKey handles the parked message t took, then, while each succeeds,
+// the messages of its key that waited behind it.
+func retryKey(ctx context.Context, cfg Config, log *slog.Logger, t take, fn func(context.Context, outbox.Message) error) {
 	ks := cfg.keyStore()
 	for {
-		r := &retried{cfg: cfg, log: log, m: m}
+		m := t.m
+		r := &retried{cfg: cfg, log: log, m: m, taken: t.taken}
 		Handle(ctx, cfg, r, fn)
 		// Not settled: ctx ended in the handler, or the unpark or park
 		// again failed. Either way the message is still taken by this
 		// process, and nothing else takes it, nor the rest of its key,
 		// until it is handed back.
 		if !r.settled {
-			handBack(ctx, cfg, log, m)
+			handBack(ctx, cfg, log, t)
 			return
 		}
 		if !r.unparked || m.Key == "" || ks == nil {
 			return
 		}
-		next, ok, err := ks.TakeNextWaiting(ctx, cfg.Consumer, m.Key)
+		next, ok, err := takeNext(ctx, cfg, ks, m.Key)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("outbox consumer: taking the next message waiting behind a retried one failed; it stays parked: retry it with `outbox inbox parked retry`",
@@ -172,9 +208,9 @@ func retryKey(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Messag
 		if !ok {
 			return
 		}
-		log.Info("outbox consumer: applying a message that waited behind a parked message of its key", slog.String("message_id", next.ID.String()),
-			slog.String("key", next.Key), slog.String("behind", m.ID.String()))
-		m = next
+		log.Info("outbox consumer: applying a message that waited behind a parked message of its key", slog.String("message_id", next.m.ID.String()),
+			slog.String("key", next.m.Key), slog.String("behind", m.ID.String()))
+		t = next
 	}
 }
 
@@ -182,12 +218,13 @@ func retryKey(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Messag
 // own: the process may be stopping, or the store briefly failing.
 const handBackTimeout = 5 * time.Second
 
-// handBack returns the parked message m, which this process took and did
+// handBack returns the parked message t.m, which this process took and did
 // not settle (its process is stopping, or its unpark or park again failed),
 // to the store: its retry is requested again, so a process (this one, if it
 // still runs) takes it again instead of it staying taken until an operator
 // takes it back. It tries again, with backoff, until handBackTimeout.
-func handBack(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Message) {
+func handBack(ctx context.Context, cfg Config, log *slog.Logger, t take) {
+	m := t.m
 	end, ok := cfg.Parked.(retryEnd)
 	if !ok {
 		return
@@ -197,7 +234,7 @@ func handBack(ctx context.Context, cfg Config, log *slog.Logger, m outbox.Messag
 	defer cancel()
 	var err error
 	for failures := 1; ; failures++ {
-		if err = end.ReturnTaken(ctx, cfg.Consumer, m.ID); err == nil {
+		if err = end.ReturnTaken(ctx, cfg.Consumer, m.ID, t.taken); err == nil {
 			break
 		}
 		if !sleep(ctx, backoff.Cap(handBackBackoffBase, handBackBackoffMax, failures)) {

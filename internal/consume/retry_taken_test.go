@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -31,18 +32,18 @@ func (f *flakyEnd) failOnce() error {
 	return errors.New("connection reset by peer")
 }
 
-func (f *flakyEnd) UnparkRetried(ctx context.Context, consumer string, id uuid.UUID) (bool, error) {
+func (f *flakyEnd) UnparkRetried(ctx context.Context, consumer string, id uuid.UUID, taken time.Time) (bool, error) {
 	if err := f.failOnce(); err != nil {
 		return false, err
 	}
-	return f.memParked.UnparkRetried(ctx, consumer, id)
+	return f.memParked.UnparkRetried(ctx, consumer, id, taken)
 }
 
-func (f *flakyEnd) ParkRetried(ctx context.Context, consumer string, m outbox.Message, attempts int, reason string) (bool, error) {
+func (f *flakyEnd) ParkRetried(ctx context.Context, consumer string, m outbox.Message, taken time.Time, attempts int, reason string) (bool, error) {
 	if err := f.failOnce(); err != nil {
 		return false, err
 	}
-	return f.memParked.ParkRetried(ctx, consumer, m, attempts, reason)
+	return f.memParked.ParkRetried(ctx, consumer, m, taken, attempts, reason)
 }
 
 // A running process whose unpark of a retried, applied message fails once
@@ -80,7 +81,7 @@ func TestARetriedMessageWhoseParkingAgainFailsOnceIsHandedBack(t *testing.T) {
 	defer stop()
 	eventually(t, "m1 parked again, not taken, after parking it again failed once", func() bool {
 		r := store.row("billing", m1.ID)
-		return store.failedOnce() && r != nil && !r.taken && !r.retry
+		return store.failedOnce() && r != nil && r.taken.IsZero() && !r.retry
 	})
 }
 
@@ -112,7 +113,7 @@ func TestAProcessTakesOneRequestedRetryAtATime(t *testing.T) {
 	<-g.entered
 	r := store.row("billing", m2.ID)
 	g.end <- nil
-	if r == nil || r.taken || !r.retry {
+	if r == nil || !r.taken.IsZero() || !r.retry {
 		t.Fatalf("message %s while the retry of %s was in its handler: %+v; want its retry still requested, not taken", m2.ID, m1.ID, r)
 	}
 	eventually(t, "both retried and unparked", func() bool { ids, _, _ := store.state(); return len(ids) == 0 })
