@@ -129,7 +129,7 @@ func (c *console) retryParked(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "name the parked messages to retry", http.StatusBadRequest)
 		return
 	}
-	if err := retryKeepsKeyOrder(r.Context(), c.inbox, consumer, ids, false); err != nil {
+	if err := retryKeepsKeyOrder(r.Context(), c.inbox, consumer, ids, false, false); err != nil {
 		refuseOutOfOrder(w, err, "outbox inbox parked retry --consumer "+consumer+" --force ID")
 		return
 	}

@@ -95,7 +95,10 @@ Beside it, <inbox table>_parked keeps the messages consumers parked (see inbox p
 type openInbox func(cmd *cobra.Command) (inboxTable, func(), error)
 
 func newInboxStatusCommand(open openInbox) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON     bool
+		takenOlder time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Count each consumer's records, those kept for pending outgoing messages, and its parked messages",
@@ -126,6 +129,12 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			takenOld := map[string]int64{}
+			if len(taken) > 0 {
+				if takenOld, err = takenBeforeCounts(cmd.Context(), t, time.Now().Add(-takenOlder)); err != nil {
+					return err
+				}
+			}
 			stats = withParkedOnly(stats, parked)
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -133,7 +142,7 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 				for i, st := range stats {
 					rows[i] = map[string]any{"consumer": st.Consumer, "records": st.Records,
 						"awaiting_outgoing": st.AwaitingOutgoing, "duplicates": st.Duplicates, "oldest_seconds": st.OldestAge.Seconds(), "parked": parked[st.Consumer], "waiting": waiting[st.Consumer],
-						"taken": taken[st.Consumer], "stalled": stalled[st.Consumer]}
+						"taken": taken[st.Consumer], "taken_older": takenOld[st.Consumer], "stalled": stalled[st.Consumer]}
 				}
 				return json.NewEncoder(out).Encode(map[string]any{"table": t.Name(), "parked_table": t.ParkedName(), "consumers": rows})
 			}
@@ -161,11 +170,18 @@ func newInboxStatusCommand(open openInbox) *cobra.Command {
 						"find them (\"stalled\" in `outbox inbox parked list --consumer %s`) and retry each with `outbox inbox parked retry --consumer %s ID`\n",
 						st.Consumer, n, st.Consumer, st.Consumer)
 				}
+				if n := takenOld[st.Consumer]; n > 0 {
+					fmt.Fprintf(out, "%s: %d message(s) taken over %s ago: likely left by a dead process: "+
+						"take them back and retry them with `outbox inbox parked retry --consumer %s --taken-older-than %s` (a process that still runs would handle them twice)\n",
+						st.Consumer, n, takenOlder, st.Consumer, takenOlder)
+				}
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().DurationVar(&takenOlder, "taken-older-than", takenOlderDefault, "flag the parked messages a consumer process took longer ago than this "+
+		"(taken_older in --json): likely left by a dead process")
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -193,17 +194,18 @@ func needConsumer(cmd *cobra.Command, consumer string) error {
 
 func newParkedRetryCommand(open openInbox) *cobra.Command {
 	var (
-		consumer   string
-		all, force bool
+		consumer          string
+		all, force, taken bool
+		takenOlder        time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "retry --consumer C (ID... | --all) [--force]",
+		Use:   "retry --consumer C (ID... | --all | --taken-older-than D) [--force] [--taken]",
 		Short: "Ask the running consumer to handle parked messages again",
 		Long: `retry marks parked messages of --consumer for a retry. A running process of that consumer (with
-Parked set in its config) takes them within a second and hands them to its handler again, with a
-new round of attempts: a success removes them from the parked messages, and the messages of the
-same key that waited behind them are then applied in the order they arrived; a new failure parks
-them again with the new error. Nothing happens until a process of the consumer runs.
+Parked set in its config) takes them, one at a time, within a second and hands them to its handler
+again, with a new round of attempts: a success removes them from the parked messages, and the
+messages of the same key that waited behind them are then applied in the order they arrived; a new
+failure parks them again with the new error. Nothing happens until a process of the consumer runs.
 
 A message waiting behind another of its key cannot be retried by itself: retry (or discard) the
 one it waits behind. A message whose key moved on (a consumer set to SkipParkedInKeyOrder applied
@@ -211,26 +213,45 @@ later messages of its key after it was parked) would be applied after them: retr
 saying how many, unless --force is given.
 
 A message a consumer process took for a retry (RETRY "taken" in parked list) is in its handler
-until that ends: retry refuses it by id, and --all leaves it alone. If the process stopped before
-it ended (the message stays taken), retry it by id with --force; if the process is in fact still
-running, the message is then handled twice.`,
+until that ends: retry refuses it by id, and --all leaves it alone. A process that stops hands
+back what it took; one that was killed leaves it taken. Then take it back and retry it by id with
+--taken, or every message of the consumer taken longer ago than D with --taken-older-than D
+(` + "`outbox inbox status`" + ` flags them). If the process that took it in fact still runs, the message
+is handled twice.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := needConsumer(cmd, consumer); err != nil {
 				return err
 			}
-			ids, err := idsOrAll(args, all)
-			if err != nil {
-				return err
+			var ids []uuid.UUID
+			if cmd.Flags().Changed("taken-older-than") {
+				if all || len(args) > 0 {
+					return usagef("give message ids, --all or --taken-older-than, not two of them")
+				}
+			} else {
+				var err error
+				if ids, err = idsOrAll(args, all); err != nil {
+					return err
+				}
 			}
 			t, done, err := open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			if err := retryKeepsKeyOrder(cmd.Context(), t, consumer, ids, force); err != nil {
+			if cmd.Flags().Changed("taken-older-than") {
+				if ids, err = takenBefore(cmd.Context(), t, consumer, time.Now().Add(-takenOlder)); err != nil {
+					return err
+				}
+				if len(ids) == 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "0 parked message(s) of %s taken over %s ago; none taken back\n", consumer, takenOlder)
+					return nil
+				}
+				taken = true
+			}
+			if err := retryKeepsKeyOrder(cmd.Context(), t, consumer, ids, force, taken); err != nil {
 				return err
 			}
-			if err := forgetTaken(cmd.Context(), t, consumer, ids, force); err != nil {
+			if err := forgetTaken(cmd.Context(), t, consumer, ids, taken); err != nil {
 				return err
 			}
 			n, err := t.RequestRetry(cmd.Context(), consumer, ids...)
@@ -246,7 +267,7 @@ running, the message is then handled twice.`,
 				}
 				if taken[consumer] > 0 {
 					fmt.Fprintf(out, "%d taken by a consumer process left alone: each is in a handler, and is unparked or parked again when it ends; "+
-						"if its process stopped, retry it by id with --force\n", taken[consumer])
+						"if its process was killed, take it back with `outbox inbox parked retry --consumer %s --taken ID`\n", taken[consumer], consumer)
 				}
 			}
 			return missingParked(len(ids), n, consumer)
@@ -254,15 +275,19 @@ running, the message is then handled twice.`,
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to retry (required)")
 	cmd.Flags().BoolVar(&all, "all", false, "retry every parked message of the consumer (those waiting behind another follow it)")
-	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, applying them after those, "+
-		"and messages (by id) a consumer process took and did not finish (it stopped)")
+	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, applying them after those")
+	cmd.Flags().BoolVar(&taken, "taken", false, "take the messages (by id) back from the consumer process that took them, and retry them; "+
+		"if that process still runs, the message is handled twice")
+	cmd.Flags().DurationVar(&takenOlder, "taken-older-than", takenOlderDefault, "take back and retry every message of the consumer taken longer ago than this, "+
+		"as --taken does (likely left by a killed process)")
 	return cmd
 }
 
 // retryKeepsKeyOrder refuses a retry of consumer's parked messages ids (all
 // when empty) that would break their key's order: a message waiting behind
-// another, or, without force, one that later messages of its key overtook.
-func retryKeepsKeyOrder(ctx context.Context, t inboxTable, consumer string, ids []uuid.UUID, force bool) error {
+// another, without taken one a consumer process took, or without force one
+// that later messages of its key overtook.
+func retryKeepsKeyOrder(ctx context.Context, t inboxTable, consumer string, ids []uuid.UUID, force, taken bool) error {
 	var parked []outbox.ParkedMessage
 	if len(ids) == 0 {
 		for after := uuid.Nil; ; {
@@ -289,7 +314,7 @@ func retryKeepsKeyOrder(ctx context.Context, t inboxTable, consumer string, ids 
 			return fmt.Errorf("message %s waits behind parked message %s of its key %q, and follows it once that one is retried with success or discarded: retry or discard %s instead",
 				p.ID, p.Behind, p.Key, p.Behind)
 		}
-		if !force {
+		if !taken {
 			if err := notTaken(p, "retry"); err != nil {
 				return err
 			}
@@ -315,18 +340,19 @@ func retryKeepsKeyOrder(ctx context.Context, t inboxTable, consumer string, ids 
 func newParkedDiscardCommand(open openInbox) *cobra.Command {
 	var (
 		consumer string
-		force    bool
+		taken    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "discard --consumer C ID... [--force]",
+		Use:   "discard --consumer C ID... [--taken]",
 		Short: "Delete parked messages for good",
 		Long: `discard deletes parked messages of --consumer. A discarded message that was first of its key
 lets the key go on: the message waiting behind it is retried by the running consumer.
 
 A message a consumer process took for a retry (RETRY "taken" in parked list) is in its handler:
 discard refuses it, since its key would go on while it is being applied. If the process stopped
-before it ended (the message stays taken), discard it with --force; if the process is in fact still
-running, the message may be applied after later messages of its key.`,
+before it ended (a killed process leaves the message taken), take it back and discard it with
+--taken; if the process is in fact still running, the message may be applied after later messages
+of its key.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := needConsumer(cmd, consumer); err != nil {
 				return err
@@ -336,7 +362,7 @@ running, the message may be applied after later messages of its key.`,
 				return err
 			}
 			discard := func(t inboxTable, ctx context.Context, consumer string, ids ...uuid.UUID) (int, error) {
-				if !force {
+				if !taken {
 					for _, id := range ids {
 						p, err := t.GetParked(ctx, consumer, id)
 						if errors.Is(err, outbox.ErrNotFound) {
@@ -350,7 +376,7 @@ running, the message may be applied after later messages of its key.`,
 						}
 					}
 				}
-				if err := forgetTaken(ctx, t, consumer, ids, force); err != nil {
+				if err := forgetTaken(ctx, t, consumer, ids, taken); err != nil {
 					return 0, err
 				}
 				return t.DiscardParked(ctx, consumer, ids...)
@@ -359,30 +385,9 @@ running, the message may be applied after later messages of its key.`,
 		},
 	}
 	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to discard (required)")
-	cmd.Flags().BoolVar(&force, "force", false, "discard messages a consumer process took and did not finish (it stopped)")
+	cmd.Flags().BoolVar(&taken, "taken", false, "take the messages back from the consumer process that took them, and discard them; "+
+		"if that process still runs, the message may be applied after later messages of its key")
 	return cmd
-}
-
-// notTaken refuses to verb p (retry, discard) if a consumer process took
-// it: it is in a handler.
-func notTaken(p outbox.ParkedMessage, verb string) error {
-	if p.TakenAt.IsZero() {
-		return nil
-	}
-	return fmt.Errorf("message %s was taken by a consumer process of %s at %s and is in its handler: it is unparked, or parked again, when that ends; "+
-		"if that process stopped before it ended, %s it again with --force", p.ID, p.Consumer, p.TakenAt.UTC().Format("2006-01-02T15:04:05Z"), verb)
-}
-
-// forgetTaken, with force, clears the taken mark of consumer's parked
-// messages ids, so that a retry or discard works on them: the operator
-// says the process that took them stopped. Without ids it does nothing: a
-// retry of all never takes back what a process has in a handler.
-func forgetTaken(ctx context.Context, t inboxTable, consumer string, ids []uuid.UUID, force bool) error {
-	if !force || len(ids) == 0 {
-		return nil
-	}
-	_, err := t.ForgetTaken(ctx, consumer, ids...)
-	return err
 }
 
 // changeParked applies change (RequestRetry, DiscardParked) to the parked

@@ -20,7 +20,7 @@ func TestInboxParkedTakenAndStalledOnSQLite(t *testing.T) {
 }
 
 // testParkedTakenAndStalled: a message a consumer process took for a retry
-// shows as taken, and retry and discard refuse it without --force (it is in
+// shows as taken, and retry and discard refuse it without --taken (it is in
 // a handler); a key whose waiting first message nobody requested nor took
 // shows as stalled in `parked list` and `inbox status`, with the command
 // that moves it on.
@@ -47,17 +47,25 @@ func testParkedTakenAndStalled(t *testing.T, db []string, table func(t *testing.
 	}
 	for _, verb := range []string{"retry", "discard"} {
 		code, _, errOut := cli(t, with("inbox", "parked", verb, "--consumer", "billing", paid.ID.String())...)
-		if code != 1 || !strings.Contains(errOut, paid.ID.String()) || !strings.Contains(errOut, "taken by a consumer process") || !strings.Contains(errOut, "--force") {
-			t.Fatalf("inbox parked %s of a message in a handler: exit %d, %q; want exit 1 saying it is taken, and --force", verb, code, errOut)
+		take := "outbox inbox parked " + verb + " --consumer billing --taken " + paid.ID.String()
+		if code != 1 || !strings.Contains(errOut, "taken by a consumer process") || !strings.Contains(errOut, take) || strings.Contains(errOut, "--force") {
+			t.Fatalf("inbox parked %s of a message in a handler: exit %d, %q; want exit 1 saying it is taken, naming %q and not --force", verb, code, errOut, take)
 		}
 	}
 	if out := mustCLI(t, with("inbox", "parked", "retry", "--consumer", "billing", "--all")...); !strings.Contains(out, "0 parked message(s) of billing marked") ||
 		!strings.Contains(out, "1 taken by a consumer process") {
 		t.Fatalf("inbox parked retry --all with the head in a handler printed %q; want none marked, the taken one left alone", out)
 	}
-	// Its process stopped: the operator forces the discard.
-	if out := mustCLI(t, with("inbox", "parked", "discard", "--consumer", "billing", "--force", paid.ID.String())...); !strings.Contains(out, "1 parked message(s) of billing discarded") {
-		t.Fatalf("inbox parked discard --force printed %q", out)
+	// --force is for overtaken messages: it does not take one back.
+	if code, _, errOut := cli(t, with("inbox", "parked", "discard", "--consumer", "billing", "--force", paid.ID.String())...); code == 0 {
+		t.Fatalf("inbox parked discard --force of a taken message: exit 0, %q; want it refused (--force is not --taken)", errOut)
+	}
+	if code, _, errOut := cli(t, with("inbox", "parked", "retry", "--consumer", "billing", "--force", paid.ID.String())...); code != 1 || !strings.Contains(errOut, "--taken") {
+		t.Fatalf("inbox parked retry --force of a taken message: exit %d, %q; want it refused, naming --taken", code, errOut)
+	}
+	// Its process stopped: the operator takes it back and discards it.
+	if out := mustCLI(t, with("inbox", "parked", "discard", "--consumer", "billing", "--taken", paid.ID.String())...); !strings.Contains(out, "1 parked message(s) of billing discarded") {
+		t.Fatalf("inbox parked discard --taken printed %q", out)
 	}
 	if out := mustCLI(t, with("inbox", "parked", "list")...); !strings.Contains(out, "next of its key, retry requested") {
 		t.Fatalf("inbox parked list printed %q; want %s next of its key, its retry requested", out, cancelled.ID)
