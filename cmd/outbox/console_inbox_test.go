@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -94,5 +95,17 @@ func TestConsoleShowsTheInboxAndRetriesParkedMessages(t *testing.T) {
 	taken, err := table.TakeRetries(t.Context(), "billing", 10)
 	if err != nil || len(taken) != 1 || taken[0].ID != poison.ID {
 		t.Fatalf("after Retry the consumer takes %v, %v; want the parked message", taken, err)
+	}
+	// The consumer has it in its handler: a second Retry is refused with
+	// the command that takes it back, not the --force of overtaken ones.
+	resp, err := noRedirect.PostForm(srv.URL+"/inbox/parked/retry", url.Values{"csrf": {c.csrf}, "consumer": {"billing"}, "id": {poison.ID.String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	take := "outbox inbox parked retry --consumer billing --taken " + poison.ID.String()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), take) || strings.Contains(string(body), "--force") {
+		t.Fatalf("retry of a message in a handler: %d, %q; want 409 naming %q", resp.StatusCode, body, take)
 	}
 }
