@@ -41,11 +41,13 @@ type ParkedMessage struct {
 	RetryRequested bool
 	// TakenAt is when a consumer process took it for a retry (TakeRetries,
 	// TakeNextWaiting): it is in that process's handler until the process
-	// unparks it or parks it again, and an operator's retry or discard
-	// leaves it alone meanwhile. It is the zero time when no process has
-	// it. A process that stopped while it had the message leaves it taken:
-	// `outbox inbox parked retry --force` (or discard --force) takes it
-	// back.
+	// unparks it or parks it again, no process takes it again, and an
+	// operator's retry or discard leaves it alone meanwhile. It is the zero
+	// time when no process has it. It also marks the take: the inbox
+	// tables' end of a retry names it, and acts only on its own take. A
+	// process that stops, or fails to record the end, hands the message
+	// back; one that is killed leaves it taken, and `outbox inbox parked
+	// retry --taken` (or discard --taken) takes it back.
 	TakenAt time.Time
 	// Waiting is true for a message the handler never ran on: it was
 	// parked because an earlier message of its key was (key order, see
@@ -68,9 +70,10 @@ type ParkedMessage struct {
 // Between the take and that end the message is taken
 // (ParkedMessage.TakenAt): the tables' retry and discard leave it alone, so
 // that it is handed out once and its key does not go on while it is in a
-// handler. A process that stops meanwhile hands it back (its retry is
-// requested again) when the store can; one that dies leaves it taken, and
-// `outbox inbox parked retry --force` takes it back.
+// handler. A process takes one at a time. A process that stops meanwhile,
+// or fails to unpark or park it again, hands it back (its retry is
+// requested again) when the store can; one that is killed leaves it taken,
+// and `outbox inbox parked retry --taken` takes it back.
 type ParkStore interface {
 	// Park keeps m as parked by consumer after attempts failed attempts,
 	// the last with the error reason. Parking a message the consumer
@@ -78,9 +81,11 @@ type ParkStore interface {
 	// retry request.
 	Park(ctx context.Context, consumer string, m Message, attempts int, reason string) error
 	// TakeRetries returns up to limit of consumer's parked messages whose
-	// retry was requested, oldest parked first, and clears their request in
-	// the same statement, marking them taken: two processes never take the
-	// same request.
+	// retry was requested and that no process has taken, oldest parked
+	// first, and clears their request in the same statement, marking them
+	// taken: two processes never take the same request. Each is taken
+	// until it is unparked or parked again, so a caller takes no more than
+	// it is about to handle (the consumers take one at a time).
 	// A waiting message (KeyParkStore) is taken only once it is the first
 	// of its key.
 	TakeRetries(ctx context.Context, consumer string, limit int) ([]Message, error)
@@ -117,7 +122,7 @@ type KeyParkStore interface {
 	// first (m is not held) or sees m (and applies it).
 	ParkBehind(ctx context.Context, consumer string, m Message) (head uuid.UUID, err error)
 	// TakeNextWaiting returns consumer's first parked message of key if
-	// it waits and its retry is requested (the unpark or discard of the
+	// it waits, no process has taken it, and its retry is requested (the unpark or discard of the
 	// message before it requested it), and clears that request, marking
 	// it taken; ok is false otherwise. TakeRetries and TakeNextWaiting take a request only
 	// by clearing it, so one of them hands the message out. The caller applies it and
