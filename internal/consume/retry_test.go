@@ -64,7 +64,7 @@ func (a *appliedLog) isPoison(id uuid.UUID) bool {
 }
 
 // discardedInItsHandler parks m1 with m2 behind it, retries m1, and while
-// m1 is in its handler, discards it as `discard --force` does; the handler
+// m1 is in its handler, discards it as `discard --taken` does; the handler
 // then ends with end. It returns the store and the log once m2, whose key
 // the discard passed on, was applied.
 func discardedInItsHandler(t *testing.T, end error) (m1, m2 outbox.Message, store *memParked, applied []uuid.UUID, logged string) {
