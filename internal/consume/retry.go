@@ -119,7 +119,12 @@ func RetryParked(ctx context.Context, cfg Config, fn func(context.Context, outbo
 				break
 			}
 			log.Info("outbox consumer: retrying a parked message, as requested", slog.String("message_id", t.m.ID.String()), slog.String("topic", t.m.Topic))
-			retryKey(ctx, cfg, log, t, fn)
+			if handedBack := retryKey(ctx, cfg, log, t, fn); handedBack {
+				// Its end was not recorded, and its retry is requested
+				// again: taken again now, it would run in a loop as fast
+				// as the database answers. The next poll takes it.
+				break
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -179,8 +184,9 @@ func takeNext(ctx context.Context, cfg Config, ks outbox.KeyParkStore, key strin
 }
 
 // retryKey handles the parked message t took, then, while each succeeds,
-// the messages of its key that waited behind it.
-func retryKey(ctx context.Context, cfg Config, log *slog.Logger, t take, fn func(context.Context, outbox.Message) error) {
+// the messages of its key that waited behind it. It reports whether it
+// handed a message back unsettled.
+func retryKey(ctx context.Context, cfg Config, log *slog.Logger, t take, fn func(context.Context, outbox.Message) error) (handedBack bool) {
 	ks := cfg.keyStore()
 	for {
 		m := t.m
@@ -192,10 +198,10 @@ func retryKey(ctx context.Context, cfg Config, log *slog.Logger, t take, fn func
 		// until it is handed back.
 		if !r.settled {
 			handBack(ctx, cfg, log, t)
-			return
+			return true
 		}
 		if !r.unparked || m.Key == "" || ks == nil {
-			return
+			return false
 		}
 		next, ok, err := takeNext(ctx, cfg, ks, m.Key)
 		if err != nil {
@@ -203,10 +209,10 @@ func retryKey(ctx context.Context, cfg Config, log *slog.Logger, t take, fn func
 				log.Warn("outbox consumer: taking the next message waiting behind a retried one failed; it stays parked: retry it with `outbox inbox parked retry`",
 					slog.String("key", m.Key), slog.Any("error", err))
 			}
-			return
+			return false
 		}
 		if !ok {
-			return
+			return false
 		}
 		log.Info("outbox consumer: applying a message that waited behind a parked message of its key", slog.String("message_id", next.m.ID.String()),
 			slog.String("key", next.m.Key), slog.String("behind", m.ID.String()))
@@ -239,7 +245,7 @@ func handBack(ctx context.Context, cfg Config, log *slog.Logger, t take) {
 		}
 		if !sleep(ctx, backoff.Cap(handBackBackoffBase, handBackBackoffMax, failures)) {
 			log.Warn("outbox consumer: handing back a retried message failed; it stays taken by this process: "+
-				"take it back with `outbox inbox parked retry --taken` once this process has stopped",
+				"take it back with `outbox inbox parked retry --consumer C --taken ID` (this process no longer handles it)",
 				slog.String("message_id", m.ID.String()), slog.Any("error", err))
 			return
 		}
@@ -248,7 +254,7 @@ func handBack(ctx context.Context, cfg Config, log *slog.Logger, t take) {
 		log.Info("outbox consumer: stopped during the retry of a parked message; handed it back, its retry requested again", slog.String("message_id", m.ID.String()))
 		return
 	}
-	log.Warn("outbox consumer: the end of a retried message's retry was not recorded; handed it back, its retry requested again, and it will be retried again",
+	log.Warn("outbox consumer: the end of a retried message's retry was not recorded; handed it back, its retry requested again: it is retried at the next poll",
 		slog.String("message_id", m.ID.String()))
 }
 

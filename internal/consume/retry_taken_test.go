@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,4 +118,37 @@ func TestAProcessTakesOneRequestedRetryAtATime(t *testing.T) {
 		t.Fatalf("message %s while the retry of %s was in its handler: %+v; want its retry still requested, not taken", m2.ID, m1.ID, r)
 	}
 	eventually(t, "both retried and unparked", func() bool { ids, _, _ := store.state(); return len(ids) == 0 })
+}
+
+// brokenEnd is a store whose unpark of a retried message always fails (a
+// role without DELETE on the parked table, say).
+type brokenEnd struct{ *memParked }
+
+func (b *brokenEnd) UnparkRetried(context.Context, string, uuid.UUID, time.Time) (bool, error) {
+	return false, errors.New("permission denied for table inbox_parked")
+}
+
+// A retried message whose end is never recorded is handed back each time,
+// and taken again at the next poll, not at once: else the process would run
+// its handler and write its logs in a loop as fast as the database answers.
+func TestARetriedMessageHandedBackIsTakenAgainAtTheNextPollNotAtOnce(t *testing.T) {
+	t.Parallel()
+	m1 := message("order-1")
+	store := &brokenEnd{memParked: &memParked{}}
+	cfg := parkedConfig(store)
+	cfg.RetryPoll = time.Hour
+	if err := store.Park(t.Context(), "billing", m1, 5, "no such customer"); err != nil {
+		t.Fatal(err)
+	}
+	store.requestRetry("billing", m1.ID)
+	var runs atomic.Int64
+	stop := consume.StartRetrying(t.Context(), cfg, func(context.Context, outbox.Message) error { runs.Add(1); return nil })
+	eventually(t, "m1 run once and handed back, its retry requested again", func() bool {
+		r := store.row("billing", m1.ID)
+		return runs.Load() > 0 && r != nil && r.retry && r.taken.IsZero()
+	})
+	stop()
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times before the next poll (an hour away); want once, the message taken again at the next poll", n)
+	}
 }
