@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +15,7 @@ import (
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/headerjson"
 	"github.com/go-outbox/outbox/internal/sqlident"
+	"github.com/go-outbox/outbox/internal/sqlrow"
 )
 
 // maxIdentifierLength is PostgreSQL's limit on a name, in bytes.
@@ -241,7 +241,7 @@ func (t *InboxTable) Park(ctx context.Context, consumer string, m outbox.Message
 	}
 	// PostgreSQL text cannot hold NUL; an error message that has one is
 	// still worth keeping.
-	reason = strings.ReplaceAll(reason, "\x00", `\x00`)
+	reason = sqlrow.StorableText(reason)
 	if _, err := t.pool.Exec(ctx, t.parked.park, consumer, pgUUID(m.ID), m.Topic, m.Key, headers, payload, createdAt, reason, attempts); err != nil {
 		return fmt.Errorf("outboxpg: park message %s of consumer %q in %s: %w", m.ID, consumer, t.parked.name, err)
 	}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/sqlrow"
 )
 
 // TakeRetry takes one of consumer's parked messages whose retry was
@@ -65,7 +65,7 @@ func (t *InboxTable) UnparkRetried(ctx context.Context, consumer string, id uuid
 // it did: a message an operator discarded or took back meanwhile is left
 // alone.
 func (t *InboxTable) ParkRetried(ctx context.Context, consumer string, m outbox.Message, taken time.Time, attempts int, reason string) (bool, error) {
-	reason = strings.ReplaceAll(reason, "\x00", `\x00`)
+	reason = sqlrow.StorableText(reason)
 	tag, err := t.pool.Exec(ctx, t.parked.parkAgain, consumer, pgUUID(m.ID), reason, attempts, taken)
 	if err != nil {
 		return false, fmt.Errorf("outboxpg: park message %s of consumer %q again in %s: %w", m.ID, consumer, t.parked.name, err)

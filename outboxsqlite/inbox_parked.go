@@ -13,6 +13,7 @@ import (
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/headerjson"
 	"github.com/go-outbox/outbox/internal/sqlident"
+	"github.com/go-outbox/outbox/internal/sqlrow"
 )
 
 var _ outbox.KeyParkStore = (*InboxTable)(nil)
@@ -238,7 +239,7 @@ func (t *InboxTable) Park(ctx context.Context, consumer string, m outbox.Message
 		return fmt.Errorf("outboxsqlite: park message %s in %s: %w", m.ID, t.parked.name, err)
 	}
 	err = t.store.RunInTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, t.parked.park, consumer, m.ID.String(), m.Topic, m.Key, headers, payload, createdAt, reason, attempts, time.Now().UnixMicro())
+		_, err := tx.ExecContext(ctx, t.parked.park, consumer, m.ID.String(), m.Topic, m.Key, headers, payload, createdAt, sqlrow.StorableText(reason), attempts, time.Now().UnixMicro())
 		return err
 	})
 	if err != nil {

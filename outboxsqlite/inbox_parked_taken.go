@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/sqlrow"
 )
 
 // TakeRetry takes one of consumer's parked messages whose retry was
@@ -68,7 +69,7 @@ func (t *InboxTable) UnparkRetried(ctx context.Context, consumer string, id uuid
 // it did: a message an operator discarded or took back meanwhile is left
 // alone.
 func (t *InboxTable) ParkRetried(ctx context.Context, consumer string, m outbox.Message, taken time.Time, attempts int, reason string) (bool, error) {
-	n, err := t.writeCount(ctx, t.parked.parkAgain, consumer, m.ID.String(), reason, attempts, time.Now().UnixMicro(), taken.UnixMicro())
+	n, err := t.writeCount(ctx, t.parked.parkAgain, consumer, m.ID.String(), sqlrow.StorableText(reason), attempts, time.Now().UnixMicro(), taken.UnixMicro())
 	if err != nil {
 		return false, fmt.Errorf("outboxsqlite: park message %s of consumer %q again in %s: %w", m.ID, consumer, t.parked.name, err)
 	}

@@ -67,6 +67,7 @@ func parkedCases() []struct {
 		{"a message a stopping process hands back is requested again, taken by the next process", testParkedReturnTaken},
 		{"the end of a retry by a process whose take an operator took back leaves the take of the next process alone", testParkedRetryEndOfAnOldTakerLeavesTheNewOne},
 		{"a taken message, head or next waiting, is not taken again until its taker ends or hands it back", testParkedTakenNextIsTakenOnce},
+		{"a parked message's error with any bytes in it is stored, readable, when it is parked and parked again", testParkedReasonWithAnyBytesIsStored},
 	}
 }
 

@@ -9,6 +9,7 @@ package sqlrow
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -114,4 +115,12 @@ func Collect[R Rows](rows R, capacity int, scan func(R) (m outboxdriver.Message,
 		return nil, nil, err
 	}
 	return msgs, undecodable, nil
+}
+
+// StorableText is an error text as both stores keep it: valid UTF-8 (a
+// PostgreSQL text column refuses anything else, SQLSTATE 22021) without NUL
+// bytes (refused too), so a handler's error with any bytes in it neither
+// fails the park that records it nor comes back unreadable.
+func StorableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
 }
