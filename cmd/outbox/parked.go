@@ -228,6 +228,9 @@ is handled twice.`,
 					return usagef("give message ids, --all or --taken-older-than, not two of them")
 				}
 			} else {
+				if all && taken {
+					return usagef("--taken takes back the messages given by id; with --all, use --taken-older-than D to take back every message taken longer ago than D")
+				}
 				var err error
 				if ids, err = idsOrAll(args, all); err != nil {
 					return err
@@ -278,8 +281,8 @@ is handled twice.`,
 	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, applying them after those")
 	cmd.Flags().BoolVar(&taken, "taken", false, "take the messages (by id) back from the consumer process that took them, and retry them; "+
 		"if that process still runs, the message is handled twice")
-	cmd.Flags().DurationVar(&takenOlder, "taken-older-than", takenOlderDefault, "take back and retry every message of the consumer taken longer ago than this, "+
-		"as --taken does (likely left by a killed process)")
+	cmd.Flags().DurationVar(&takenOlder, "taken-older-than", 0, "take back and retry every message of the consumer taken longer ago than this, "+
+		"as --taken does (likely left by a killed process); make it longer than a retry can take: MaxDeliver attempts, the backoff between them and the handler's time")
 	return cmd
 }
 

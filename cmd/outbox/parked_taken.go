@@ -10,9 +10,11 @@ import (
 	"github.com/go-outbox/outbox"
 )
 
-// takenOlderDefault is --taken-older-than when not given: a handler that
-// runs longer than this is rare, so a message taken that long ago was
-// likely left by a killed process.
+// takenOlderDefault is the age past which `inbox status` flags a taken
+// message as likely left by a killed process. A retry takes at most
+// MaxDeliver attempts with the backoff between them plus the handler's
+// time: with the adapters' defaults that is well under it, but a consumer
+// configured for long retries needs a longer --taken-older-than.
 const takenOlderDefault = 15 * time.Minute
 
 // notTaken refuses to verb p (retry, discard) if a consumer process took
