@@ -202,16 +202,10 @@ func retryDeadKeepingKeyOrder(ctx context.Context, admin outboxdriver.Admin, ids
 func deadRetryKeepsKeyOrder(ctx context.Context, admin outboxdriver.Admin, ids []uuid.UUID) error {
 	var dead []outbox.Message
 	if len(ids) == 0 {
-		for after := uuid.Nil; ; {
-			page, err := admin.ListDead(ctx, after, 500)
-			if err != nil {
-				return err
-			}
-			dead = append(dead, page...)
-			if len(page) < 500 {
-				break
-			}
-			after = page[len(page)-1].ID
+		err := eachListed(func(after uuid.UUID, limit int) ([]outbox.Message, error) { return admin.ListDead(ctx, after, limit) },
+			func(m outbox.Message) uuid.UUID { return m.ID }, func(m outbox.Message) { dead = append(dead, m) })
+		if err != nil {
+			return err
 		}
 	}
 	for _, id := range ids {

@@ -293,16 +293,8 @@ is handled twice.`,
 func retryKeepsKeyOrder(ctx context.Context, t inboxTable, consumer string, ids []uuid.UUID, force, taken bool) error {
 	var parked []outbox.ParkedMessage
 	if len(ids) == 0 {
-		for after := uuid.Nil; ; {
-			page, err := t.ListParked(ctx, consumer, after, 500)
-			if err != nil {
-				return err
-			}
-			parked = append(parked, page...)
-			if len(page) < 500 {
-				break
-			}
-			after = page[len(page)-1].ID
+		if err := eachParked(ctx, t, consumer, func(p outbox.ParkedMessage) { parked = append(parked, p) }); err != nil {
+			return err
 		}
 	}
 	for _, id := range ids {

@@ -58,19 +58,17 @@ func takenBeforeCounts(ctx context.Context, t inboxTable, before time.Time) (map
 }
 
 func eachTakenBefore(ctx context.Context, t inboxTable, consumer string, before time.Time, fn func(outbox.ParkedMessage)) error {
-	for after := uuid.Nil; ; {
-		page, err := t.ListParked(ctx, consumer, after, 500)
-		if err != nil {
-			return err
+	return eachParked(ctx, t, consumer, func(p outbox.ParkedMessage) {
+		if !p.TakenAt.IsZero() && p.TakenAt.Before(before) {
+			fn(p)
 		}
-		for _, p := range page {
-			if !p.TakenAt.IsZero() && p.TakenAt.Before(before) {
-				fn(p)
-			}
-		}
-		if len(page) < 500 {
-			return nil
-		}
-		after = page[len(page)-1].ID
-	}
+	})
+}
+
+// eachParked hands fn every parked message of consumer, in id order.
+func eachParked(ctx context.Context, t inboxTable, consumer string, fn func(outbox.ParkedMessage)) error {
+	return eachListed(func(after uuid.UUID, limit int) ([]outbox.ParkedMessage, error) {
+		return t.ListParked(ctx, consumer, after, limit)
+	},
+		func(p outbox.ParkedMessage) uuid.UUID { return p.ID }, fn)
 }
