@@ -40,6 +40,10 @@ type ConsumerConfig struct {
 	// one the broker drops them). Counts
 	// deliveries before a crash where the queue says (quorum queues'
 	// x-delivery-count). Default MaxDeliverDefault.
+	// A failure marked outbox.Unavailable (or held back, as
+	// outboxevents.Dispatcher.Deliver holds an event whose handler's
+	// destination is down) counts no attempt: the message waits in place,
+	// its key with it, for as long as the outage lasts.
 	MaxDeliver int
 	// BackoffBase and BackoffMax bound the pause between two attempts of a
 	// failing message (doubling, jittered) and between reconnections.

@@ -24,10 +24,12 @@ type Dispatcher[TTx any] struct {
 	keys   outbox.KeyParkStore // the store, if it holds keys behind them
 	shares parkedShares        // the store, if it parks and finds a parked share by id
 	skip   bool                // SkipParkedInKeyOrder
+	// middleware wraps every handler run (Use).
+	middleware []Middleware
 
 	mu       sync.RWMutex
 	handlers map[string][]*handler[TTx] // by event type name
-	names    map[string]bool
+	byName   map[string]*handler[TTx]
 	observer outbox.InboxObserver
 }
 
@@ -38,18 +40,17 @@ func (d *Dispatcher[TTx]) Observe(o outbox.InboxObserver) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.observer = o
-	for _, hs := range d.handlers {
-		for _, h := range hs {
-			h.inbox.Observe(o)
-		}
+	for _, h := range d.byName {
+		h.inbox.Observe(o)
 	}
 }
 
-// handler is one registered handler: its inbox is named after it.
+// handler is one named handler, of one or more event types: its inbox is
+// named after it.
 type handler[TTx any] struct {
 	name  string
 	inbox *outbox.Inbox[TTx]
-	apply func(ctx context.Context, tx TTx, event any) error
+	apply map[string]func(ctx context.Context, tx TTx, event any) error // by event type name
 	// down is set while the handler's destination is unavailable.
 	down availability
 }
@@ -94,13 +95,17 @@ func NewDispatcher[TTx any](reg *Registry, store outbox.InboxStore[TTx], opts ..
 	if parked != nil {
 		shares, _ = store.(parkedShares)
 	}
-	return &Dispatcher[TTx]{reg: reg, store: store, parked: parked, keys: keys, shares: shares, skip: o.skip, handlers: map[string][]*handler[TTx]{}, names: map[string]bool{}}, nil
+	return &Dispatcher[TTx]{reg: reg, store: store, parked: parked, keys: keys, shares: shares, skip: o.skip, middleware: o.middleware, handlers: map[string][]*handler[TTx]{}, byName: map[string]*handler[TTx]{}}, nil
 }
 
 // Handle adds a handler named name for events of type E, which must be
 // registered. The name is the handler's identity in the inbox: keep it
-// across releases, or the handler applies every event again. Handlers of
-// one type run in the order they were added.
+// across releases, or the handler applies every event again. One name may
+// handle several types, a function each (Handle once per type): it is one
+// handler then, with one inbox record per event, and its parked share of a
+// key holds the key's later events of all its types, so an aggregate's
+// events (OrderPlaced, then OrderPaid) reach it in order. Handlers of one
+// type run in the order they were added.
 func Handle[E any, TTx any](d *Dispatcher[TTx], name string, fn func(ctx context.Context, tx TTx, event E) error) error {
 	typ := reflect.TypeFor[E]()
 	if fn == nil {
@@ -111,24 +116,26 @@ func Handle[E any, TTx any](d *Dispatcher[TTx], name string, fn func(ctx context
 	if err != nil {
 		return fmt.Errorf("outboxevents: handler %q for %v: %w", name, typ, err)
 	}
-	inbox, err := outbox.NewInbox(d.store, name)
-	if err != nil {
-		return fmt.Errorf("outboxevents: handler %q for %s: %w", name, typeName, err)
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.names[name] {
-		return &outbox.ConfigError{Field: "outboxevents.Handle name", Value: name, Fix: "give every handler its own name: the name keys what the handler applied"}
+	h := d.byName[name]
+	if h == nil {
+		inbox, err := outbox.NewInbox(d.store, name)
+		if err != nil {
+			return fmt.Errorf("outboxevents: handler %q for %s: %w", name, typeName, err)
+		}
+		if d.observer != nil {
+			inbox.Observe(d.observer)
+		}
+		h = &handler[TTx]{name: name, inbox: inbox, apply: map[string]func(context.Context, TTx, any) error{}}
+		d.byName[name] = h
 	}
-	d.names[name] = true
-	if d.observer != nil {
-		inbox.Observe(d.observer)
+	if h.apply[typeName] != nil {
+		return &outbox.ConfigError{Field: "outboxevents.Handle name", Value: name,
+			Fix: fmt.Sprintf("handler %q handles %s already: give each handler of a type its own name (the name keys what the handler applied)", name, typeName)}
 	}
-	d.handlers[typeName] = append(d.handlers[typeName], &handler[TTx]{
-		name:  name,
-		inbox: inbox,
-		apply: func(ctx context.Context, tx TTx, event any) error { return fn(ctx, tx, event.(E)) },
-	})
+	h.apply[typeName] = func(ctx context.Context, tx TTx, event any) error { return fn(ctx, tx, event.(E)) }
+	d.handlers[typeName] = append(d.handlers[typeName], h)
 	return nil
 }
 
@@ -190,6 +197,35 @@ func (d *Dispatcher[TTx]) Publish(ctx context.Context, batch []outbox.Message) [
 	return errs
 }
 
+// Deliver applies one message a broker consumer received with every
+// handler of its type, as Publish does for each message of a batch: pass it
+// as the handler of a consumer adapter, which then runs typed handlers,
+// each with its own inbox record, and gives up on an event as it gives up
+// on any message.
+//
+//	err := outboxamqp.Consume(ctx, url, outboxamqp.ConsumerConfig{Queue: "billing", Name: "billing"}, d.Deliver)
+//
+// Its result means for the adapter what Publish's means for the relay:
+//   - nil once every handler applied the event (now or before) or had its
+//     share parked in the dispatcher's inbox table (the adapter
+//     acknowledges it; run RetryParked in the process to take the retries
+//     an operator requests for a handler's parked share);
+//   - a permanent error for an unknown type, an undecodable body, or a
+//     handler's permanent failure when the inbox table keeps no parked
+//     messages: the adapter parks the message at once (its Parked store,
+//     under its consumer Name, or the broker's dead letters);
+//   - an ordinary error when a handler failed, or ErrNewerVersion: the
+//     adapter retries the message in place (its key waits), running only
+//     the handlers that have not applied it, and parks it after MaxDeliver
+//     attempts; an operator's retry of it runs those handlers again;
+//   - held back (outbox.HeldBack) when the only failures were handlers
+//     whose destination is unavailable (outbox.Unavailable): the adapter
+//     retries it in place after the pause it carries, counting no attempt,
+//     so an outage of any length parks nothing.
+func (d *Dispatcher[TTx]) Deliver(ctx context.Context, m outbox.Message) error {
+	return d.dispatch(ctx, m)
+}
+
 // KeepsKeyOrder marks the dispatcher as an outbox.KeyOrderKeeper: after an
 // event fails, the batch's later events of its key are held back.
 func (d *Dispatcher[TTx]) KeepsKeyOrder() {}
@@ -224,7 +260,7 @@ func (d *Dispatcher[TTx]) dispatch(ctx context.Context, m outbox.Message) error 
 		if left {
 			continue
 		}
-		_, err = h.inbox.Handle(ctx, m.ID, func(ctx context.Context, tx TTx) error { return h.apply(ctx, tx, event) })
+		err = d.run(ctx, h, Run{Handler: h.name, Type: name, Event: event, Message: m})
 		switch {
 		case err == nil:
 			h.down.up()
@@ -260,6 +296,33 @@ func (d *Dispatcher[TTx]) dispatch(ctx context.Context, m outbox.Message) error 
 		return outbox.HeldBack(outbox.RetryAfter(wrap(unavailable), wait))
 	}
 	return nil
+}
+
+// run applies run.Event with h through h's inbox, in h's transaction,
+// through the dispatcher's middleware. The handler finds the message in its
+// context (MessageOf).
+func (d *Dispatcher[TTx]) run(ctx context.Context, h *handler[TTx], run Run) error {
+	d.mu.RLock()
+	apply := h.apply[run.Type]
+	d.mu.RUnlock()
+	if apply == nil {
+		return outbox.Permanent(fmt.Errorf("outboxevents: handler %q does not handle %s events", h.name, run.Type))
+	}
+	_, err := h.inbox.Handle(ctx, run.Message.ID, func(ctx context.Context, tx TTx) error {
+		ctx = context.WithValue(ctx, messageKey{}, run.Message)
+		return chain(d.middleware, run, func(ctx context.Context) error { return apply(ctx, tx, run.Event) })(ctx)
+	})
+	return err
+}
+
+type messageKey struct{}
+
+// MessageOf returns the message whose event the handler called with ctx
+// applies: its id, key, headers (trace context) and attempts. It reports
+// false for a context no Dispatcher gave.
+func MessageOf(ctx context.Context) (outbox.Message, bool) {
+	m, ok := ctx.Value(messageKey{}).(outbox.Message)
+	return m, ok
 }
 
 // Close does nothing: the dispatcher holds no connection.

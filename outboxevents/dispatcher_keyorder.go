@@ -14,7 +14,8 @@ import (
 type DispatcherOption func(*dispatcherOptions)
 
 type dispatcherOptions struct {
-	skip bool
+	skip       bool
+	middleware []Middleware
 }
 
 // SkipParkedInKeyOrder makes each handler apply the later events of a key

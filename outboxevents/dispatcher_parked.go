@@ -69,8 +69,8 @@ func (d *Dispatcher[TTx]) RetryParked(ctx context.Context, cfg RetryConfig) erro
 	}
 	d.mu.RLock()
 	var handlers []*handler[TTx]
-	for _, hs := range d.handlers {
-		handlers = append(handlers, hs...)
+	for _, h := range d.byName {
+		handlers = append(handlers, h)
 	}
 	d.mu.RUnlock()
 	var running sync.WaitGroup
@@ -90,15 +90,14 @@ func (d *Dispatcher[TTx]) RetryParked(ctx context.Context, cfg RetryConfig) erro
 
 // runOne applies m with h alone, through h's inbox.
 func (d *Dispatcher[TTx]) runOne(ctx context.Context, h *handler[TTx], m outbox.Message) error {
-	event, _, err := d.reg.Decode(m)
+	event, name, err := d.reg.Decode(m)
 	if errors.Is(err, ErrNewerVersion) {
 		return err
 	}
 	if err != nil {
 		return outbox.Permanent(err)
 	}
-	_, err = h.inbox.Handle(ctx, m.ID, func(ctx context.Context, tx TTx) error { return h.apply(ctx, tx, event) })
-	return err
+	return d.run(ctx, h, Run{Handler: h.name, Type: name, Event: event, Message: m})
 }
 
 // availability is a handler's pause after its destination was found

@@ -384,3 +384,11 @@ func TestADispatcherRefusesAnInboxThatParksButCannotHoldKeysUnlessToldToSkipPark
 		t.Fatalf("NewDispatcher on an inbox that parks nothing: %v; want accepted (a permanent failure dead-letters the event, which the relay holds its key behind)", err)
 	}
 }
+
+// requestRetry marks consumer's parked share id for a retry, as an
+// operator's `outbox inbox parked retry` does.
+func (s *memInbox) requestRetry(consumer string, id uuid.UUID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retry[recordKey(consumer, id)] = true
+}

@@ -43,6 +43,10 @@ type ConsumerConfig struct {
 	// MaxDeliver is how many attempts a record gets before it is parked.
 	// Kafka does not count deliveries: attempts before a crash are not
 	// counted. Default MaxDeliverDefault.
+	// A failure marked outbox.Unavailable (or held back, as
+	// outboxevents.Dispatcher.Deliver holds an event whose handler's
+	// destination is down) counts no attempt: the message waits in place,
+	// its key with it, for as long as the outage lasts.
 	MaxDeliver int
 	// BackoffBase and BackoffMax bound the pause between two attempts of a
 	// failing record (doubling, jittered). Defaults 100ms and 5s.

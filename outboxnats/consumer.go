@@ -36,6 +36,10 @@ type ConsumerConfig struct {
 	// if set, else terminated on the server), counting redeliveries after
 	// a crash. Default
 	// MaxDeliverDefault.
+	// A failure marked outbox.Unavailable (or held back, as
+	// outboxevents.Dispatcher.Deliver holds an event whose handler's
+	// destination is down) counts no attempt: the message waits in place,
+	// its key with it, for as long as the outage lasts.
 	MaxDeliver int
 	// AckWait is how long the server waits for an acknowledgement before it
 	// delivers the message again (after a crash, say). While a handler

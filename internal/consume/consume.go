@@ -192,12 +192,28 @@ func (h *handling) try(ctx context.Context, fn func(context.Context, outbox.Mess
 	if ctx.Err() != nil {
 		return 0, false
 	}
-	if outbox.IsPermanent(err) || h.attempt >= h.cfg.MaxDeliver {
+	if outbox.IsPermanent(err) {
 		park(ctx, h.cfg, h.log, h.d, h.m, h.attempt, err)
 		return 0, false
 	}
 	h.failures++
 	pause := backoff.Cap(h.cfg.BackoffBase, h.cfg.BackoffMax, h.failures)
+	if outbox.IsUnavailable(err) || outbox.IsHeldBack(err) {
+		// The handler's destination is down, not the message wrong:
+		// waiting counts no attempt, so an outage of any length parks
+		// nothing. The pause the error asks for, if any, comes first.
+		wait := pause/2 + rand.N(pause/2+1)
+		if after, ok := outbox.RetryAfterOf(err); ok {
+			wait = max(wait, after)
+		}
+		h.log.Warn("outbox consumer: the handler's destination is unavailable; retrying, counting no attempt", slog.Int("attempt", h.attempt), slog.Duration("retry_in", wait), slog.Any("error", err))
+		h.d.Working()
+		return wait, true
+	}
+	if h.attempt >= h.cfg.MaxDeliver {
+		park(ctx, h.cfg, h.log, h.d, h.m, h.attempt, err)
+		return 0, false
+	}
 	h.log.Warn("outbox consumer: handler failed; retrying", slog.Int("attempt", h.attempt), slog.Duration("retry_in", pause), slog.Any("error", err))
 	h.d.Working()
 	h.attempt++
