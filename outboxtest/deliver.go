@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -25,8 +26,19 @@ type DeliverConfig struct {
 	Concurrent bool
 	// MaxDeliver is how many attempts a copy gets before it is parked, as
 	// the adapters' ConsumerConfig.MaxDeliver. Default MaxDeliverDefault.
+	// As in the adapters, a failure marked outbox.Unavailable (or held
+	// back) counts no attempt: the copy is tried again, after the pause the
+	// error carries (outbox.RetryAfter), up to MaxUnavailable times, and
+	// left neither acknowledged nor parked after that.
 	MaxDeliver int
+	// MaxUnavailable bounds the tries of a copy whose handler keeps
+	// answering unavailable, so that a test of an outage ends. Default
+	// MaxUnavailableDefault.
+	MaxUnavailable int
 }
+
+// MaxUnavailableDefault is DeliverConfig.MaxUnavailable when zero.
+const MaxUnavailableDefault = 100
 
 // Delivery is what became of one message Deliver handed to the handler.
 type Delivery struct {
@@ -53,7 +65,8 @@ type Delivery struct {
 // new one, as the Writer would give it, since an inbox needs one.
 //
 // Unlike the adapters, it retries at once, without a backoff, so that tests
-// stay fast. The handler is typically an outbox.Inbox's Apply.
+// stay fast (an unavailable handler's retry waits only for the pause its
+// error asks, see DeliverConfig.MaxDeliver). The handler is typically an outbox.Inbox's Apply.
 func Deliver(t testing.TB, handle func(context.Context, outbox.Message) error, msgs ...outbox.Message) []Delivery {
 	t.Helper()
 	return DeliverWith(t, handle, DeliverConfig{}, msgs...)
@@ -69,6 +82,10 @@ func DeliverWith(t testing.TB, handle func(context.Context, outbox.Message) erro
 	if maxDeliver <= 0 {
 		maxDeliver = MaxDeliverDefault
 	}
+	maxUnavailable := cfg.MaxUnavailable
+	if maxUnavailable <= 0 {
+		maxUnavailable = MaxUnavailableDefault
+	}
 	out := make([]Delivery, len(msgs))
 	for i, m := range msgs {
 		if m.ID == uuid.Nil {
@@ -82,12 +99,12 @@ func DeliverWith(t testing.TB, handle func(context.Context, outbox.Message) erro
 		if cfg.Concurrent {
 			var wg sync.WaitGroup
 			for range copies {
-				wg.Go(func() { d.handle(t.Context(), handle, maxDeliver) })
+				wg.Go(func() { d.handle(t.Context(), handle, maxDeliver, maxUnavailable) })
 			}
 			wg.Wait()
 		} else {
 			for range copies {
-				d.handle(t.Context(), handle, maxDeliver)
+				d.handle(t.Context(), handle, maxDeliver, maxUnavailable)
 			}
 		}
 		out[i] = d.Delivery
@@ -103,9 +120,11 @@ type delivery struct {
 
 // handle delivers one copy: attempts until it is acknowledged or parked,
 // or the test's context ends.
-func (d *delivery) handle(ctx context.Context, handle func(context.Context, outbox.Message) error, maxDeliver int) {
-	for attempt := 1; ctx.Err() == nil; attempt++ {
+func (d *delivery) handle(ctx context.Context, handle func(context.Context, outbox.Message) error, maxDeliver, maxUnavailable int) {
+	unavailable := 0
+	for attempt := 1; ctx.Err() == nil; {
 		err := handle(ctx, d.Message)
+		down := err != nil && (outbox.IsUnavailable(err) || outbox.IsHeldBack(err))
 		d.mu.Lock()
 		d.Attempts++
 		if err != nil {
@@ -114,12 +133,35 @@ func (d *delivery) handle(ctx context.Context, handle func(context.Context, outb
 		switch {
 		case err == nil:
 			d.Acked++
+		case down:
 		case outbox.IsPermanent(err) || attempt >= maxDeliver:
 			d.Parked++
 		}
 		d.mu.Unlock()
-		if err == nil || outbox.IsPermanent(err) || attempt >= maxDeliver {
+		switch {
+		case err == nil, outbox.IsPermanent(err):
+			return
+		case down:
+			if unavailable++; unavailable >= maxUnavailable {
+				return
+			}
+			if pause, ok := outbox.RetryAfterOf(err); ok {
+				sleep(ctx, pause)
+			}
+			continue
+		case attempt >= maxDeliver:
 			return
 		}
+		attempt++
+	}
+}
+
+// sleep waits for d, or less if ctx ends first.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }

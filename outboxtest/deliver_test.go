@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -40,6 +41,29 @@ func TestDeliverParksAfterMaxDeliverAttemptsOrAtOnceOnAPermanentError(t *testing
 	}
 	if got[1].Attempts != 1 || got[1].Parked != 1 {
 		t.Errorf("permanent failure: %+v, want parked after 1 attempt", got[1])
+	}
+}
+
+// As in the adapters, an unavailable destination counts no attempt: the
+// copy waits for it past MaxDeliver, and one that stays down for
+// MaxUnavailable tries is left unacknowledged, not parked.
+func TestDeliverCountsNoAttemptWhileTheDestinationIsUnavailable(t *testing.T) {
+	t.Parallel()
+	calls := 0
+	got := outboxtest.DeliverWith(t, func(ctx context.Context, m outbox.Message) error {
+		if m.Topic == "down for good" {
+			return outbox.Unavailable(errors.New("smtp: connection refused"))
+		}
+		if calls++; calls <= 4 {
+			return outbox.HeldBack(outbox.RetryAfter(errors.New("handler paused"), time.Millisecond))
+		}
+		return nil
+	}, outboxtest.DeliverConfig{MaxDeliver: 2, MaxUnavailable: 10}, outbox.Message{Topic: "back soon"}, outbox.Message{Topic: "down for good"})
+	if got[0].Attempts != 5 || got[0].Acked != 1 || got[0].Parked != 0 {
+		t.Errorf("a destination down 4 times with MaxDeliver 2: %+v; want 5 calls, acknowledged, not parked", got[0])
+	}
+	if got[1].Attempts != 10 || got[1].Acked != 0 || got[1].Parked != 0 {
+		t.Errorf("a destination that stays down: %+v; want MaxUnavailable = 10 calls, neither acknowledged nor parked", got[1])
 	}
 }
 
