@@ -90,7 +90,7 @@ func compile(snippets []snippet) ([]string, error) {
 	if err == nil {
 		return nil, nil
 	}
-	failures := parse(string(out), root+string(filepath.Separator))
+	failures := parse(string(out), dir, root)
 	if len(failures) == 0 && !onlyUnused(string(out)) {
 		return nil, fmt.Errorf("go build: %v\n%s", err, out)
 	}
@@ -130,13 +130,16 @@ func modules(work string) []string {
 	var dirs []string
 	inUse := false
 	for _, l := range strings.Split(work, "\n") {
+		if i := strings.Index(l, "//"); i >= 0 {
+			l = l[:i]
+		}
 		t := strings.TrimSpace(l)
 		switch {
 		case strings.HasPrefix(t, "use ("):
 			inUse = true
 		case inUse && t == ")":
 			inUse = false
-		case inUse && t != "" && !strings.HasPrefix(t, "//"):
+		case inUse && t != "":
 			dirs = append(dirs, t)
 		case strings.HasPrefix(t, "use "):
 			dirs = append(dirs, strings.TrimSpace(strings.TrimPrefix(t, "use ")))
@@ -200,14 +203,14 @@ var (
 
 // parse picks the compiler's errors out of go build's output, leaving out
 // unused names, with the Markdown file's path relative to root.
-func parse(out, root string) []string {
+func parse(out, dir, root string) []string {
 	var errs []string
 	keep := false
 	for _, l := range strings.Split(out, "\n") {
 		if m := errorLine.FindStringSubmatch(l); m != nil {
 			keep = !unused.MatchString(m[3])
 			if keep {
-				errs = append(errs, fmt.Sprintf("%s:%s: %s", strings.TrimPrefix(m[1], root), m[2], m[3]))
+				errs = append(errs, fmt.Sprintf("%s:%s: %s", shortPath(m[1], dir, root), m[2], m[3]))
 			}
 			continue
 		}
@@ -217,6 +220,19 @@ func parse(out, root string) []string {
 		}
 	}
 	return errs
+}
+
+// shortPath names a file relative to the repository's root when it is in it;
+// go build prints a path relative to the directory it ran in when that is
+// shorter.
+func shortPath(p, dir, root string) string {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	if rel, err := filepath.Rel(root, p); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return p
 }
 
 // onlyUnused reports whether every error in go build's output is about an
