@@ -124,7 +124,7 @@ func (in *Inbox[TTx]) publishOutgoing(ctx context.Context, id uuid.UUID, applied
 // never returned: the transaction stands.
 func (w *Writer[TTx]) TransactAndPublish(ctx context.Context, relay *Relay, fn func(ctx context.Context, tx TTx) error) error {
 	fnCtx, wrote := withWritten(ctx)
-	if err := w.Transact(ctx, func(tx TTx) error { return fn(fnCtx, tx) }); err != nil {
+	if err := w.Transact(fnCtx, fn); err != nil {
 		return err
 	}
 	wrote.mu.Lock()

@@ -146,13 +146,14 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 // Transact runs fn in a new transaction, commits it if fn returns nil, and then
 // wakes the relays of this process that serve the same table: the message goes
 // out without waiting for a poll and without any cost at commit. It returns
-// fn's error (after rolling back), or the commit's.
-func (w *Writer[TTx]) Transact(ctx context.Context, fn func(tx TTx) error) error {
+// fn's error (after rolling back), or the commit's. fn gets ctx, as the
+// Inbox's handlers and TransactAndPublish's fn do.
+func (w *Writer[TTx]) Transact(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
 	runner, ok := w.inserter.(TxRunner[TTx])
 	if !ok {
 		return errors.New("outbox: Transact needs a store built on a connection pool; write in your own transaction and call Notify after the commit")
 	}
-	if err := runner.RunInTx(ctx, fn); err != nil {
+	if err := runner.RunInTx(ctx, func(tx TTx) error { return fn(ctx, tx) }); err != nil {
 		return err
 	}
 	w.Notify()

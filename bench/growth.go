@@ -157,7 +157,7 @@ func (e *env) growthWrite(ctx context.Context, w *outbox.Writer[pgx.Tx], written
 				for i := range msgs {
 					msgs[i] = &outbox.Message{Topic: "bench.growth", Key: fmt.Sprint(k % 64), Payload: payload}
 				}
-				err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+				err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 				if err != nil {
 					errOnce.Do(func() { firstErr = err })
 					return

@@ -119,11 +119,11 @@ func (e *env) measureLatencyAfterIdle(ctx context.Context, mode latencyMode, rat
 	}()
 
 	commit := func(ctx context.Context, m *outbox.Message) error {
-		write := func(tx pgx.Tx) error { return writer.Write(ctx, tx, m) }
+		write := func(ctx context.Context, tx pgx.Tx) error { return writer.Write(ctx, tx, m) }
 		if mode.inProcess {
 			return writer.Transact(ctx, write)
 		}
-		return writerStore.RunInTx(ctx, write) // no in-process wake-up
+		return writerStore.RunInTx(ctx, func(tx pgx.Tx) error { return write(ctx, tx) }) // no in-process wake-up
 	}
 	if mode.watchWAL {
 		if err := e.waitWALWatch(ctx); err != nil {

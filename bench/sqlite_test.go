@@ -101,7 +101,7 @@ func BenchmarkSQLiteWriterCommits(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		for pb.Next() {
-			err := w.Transact(ctx, func(tx *sql.Tx) error {
+			err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error {
 				return w.Write(ctx, tx, &outbox.Message{Topic: "bench", Payload: payload})
 			})
 			if err != nil && !failed.Swap(true) {

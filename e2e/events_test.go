@@ -218,7 +218,7 @@ func killAndRestart[TTx any](t *testing.T, env []string, w *outbox.Writer[TTx], 
 		r.Record(Placed{OrderID: fmt.Sprintf("o-%d", i)})
 		orders = append(orders, r)
 	}
-	if err := outboxevents.Transact(t.Context(), w, reg, func(TTx) error { return nil }, orders...); err != nil {
+	if err := outboxevents.Transact(t.Context(), w, reg, func(context.Context, TTx) error { return nil }, orders...); err != nil {
 		t.Fatal(err)
 	}
 

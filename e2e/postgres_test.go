@@ -51,7 +51,7 @@ func newPGOutbox(t *testing.T) pgOutbox {
 
 // write commits msgs in one transaction and wakes the relays of the process.
 func (o pgOutbox) write(ctx context.Context, msgs ...*outbox.Message) error {
-	return o.w.Transact(ctx, func(tx pgx.Tx) error { return o.w.Write(ctx, tx, msgs...) })
+	return o.w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return o.w.Write(ctx, tx, msgs...) })
 }
 
 // writeBatch commits batch in one transaction.

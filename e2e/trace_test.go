@@ -51,7 +51,7 @@ func TestOneTraceFromTheWriterThroughTheBrokerToTheConsumersOwnMessages(t *testi
 	writeIn := func(ctx context.Context, topic string) {
 		t.Helper()
 		m := &outbox.Message{Topic: topic, Payload: []byte("{}")}
-		if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
+		if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
 			t.Fatal(err)
 		}
 	}

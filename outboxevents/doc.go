@@ -27,7 +27,7 @@
 // trip), and clears them from the aggregates once the transaction committed:
 //
 //	order.Place(...)                       // order embeds outboxevents.Recorder
-//	err := outboxevents.Transact(ctx, writer, reg, func(tx pgx.Tx) error {
+//	err := outboxevents.Transact(ctx, writer, reg, func(ctx context.Context, tx pgx.Tx) error {
 //		return saveOrderRows(ctx, tx, order) // the business rows
 //	}, order, customer)
 //

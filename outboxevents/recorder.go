@@ -2,7 +2,10 @@ package outboxevents
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"github.com/go-outbox/outbox"
 )
@@ -42,21 +45,82 @@ type Keyed interface {
 
 // Transact runs fn in a new transaction through w, then writes the events
 // recorded by every source in the same transaction (see Save), commits, and
-// only then clears the sources' events. When fn, the write or the commit
-// fails, the events stay recorded: running Transact again with the same
-// aggregates writes them again, so a retried transaction loses none.
-func Transact[TTx any](ctx context.Context, w *outbox.Writer[TTx], r *Registry, fn func(tx TTx) error, sources ...Source) error {
-	err := w.Transact(ctx, func(tx TTx) error {
-		if err := fn(tx); err != nil {
+// only then clears the sources' events. The sources are those given, which
+// the caller loaded before, and those fn passes to Track with the ctx it
+// gets: an aggregate loaded in the transaction, under a lock, is tracked
+// there. When fn, the write or the commit fails, the events stay recorded:
+// running Transact again with the same aggregates writes them again, so a
+// retried transaction loses none.
+//
+//	err := outboxevents.Transact(ctx, w, reg, func(ctx context.Context, tx pgx.Tx) error {
+//		order, err := loadForUpdate(ctx, tx, id) // SELECT ... FOR UPDATE
+//		if err != nil {
+//			return err
+//		}
+//		order.Pay() // records OrderPaid
+//		if err := outboxevents.Track(ctx, order); err != nil {
+//			return err
+//		}
+//		return saveOrder(ctx, tx, order)
+//	})
+func Transact[TTx any](ctx context.Context, w *outbox.Writer[TTx], r *Registry, fn func(ctx context.Context, tx TTx) error, sources ...Source) error {
+	tracked := &tracked{}
+	tracked.add(sources...)
+	ctx = context.WithValue(ctx, trackedKey{}, tracked)
+	err := w.Transact(ctx, func(ctx context.Context, tx TTx) error {
+		if err := fn(ctx, tx); err != nil {
 			return err
 		}
-		return Save(ctx, w, tx, r, sources...)
+		return Save(ctx, w, tx, r, tracked.sources...)
 	})
 	if err != nil {
 		return err
 	}
-	Clear(sources...)
+	Clear(tracked.sources...)
 	return nil
+}
+
+// Track adds sources to those whose events the Transact that gave ctx
+// writes before its commit. A source given twice is saved once. It returns
+// an error if ctx is not the one Transact gave its fn.
+func Track(ctx context.Context, sources ...Source) error {
+	t, ok := ctx.Value(trackedKey{}).(*tracked)
+	if !ok {
+		return errors.New("outboxevents.Track: ctx is not the context outboxevents.Transact gave its function; pass that one, or call Save in your own transaction")
+	}
+	t.add(sources...)
+	return nil
+}
+
+type trackedKey struct{}
+
+// tracked are the sources a Transact saves, each once.
+type tracked struct {
+	mu      sync.Mutex
+	sources []Source
+}
+
+func (t *tracked) add(sources ...Source) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, src := range sources {
+		if src != nil && !t.has(src) {
+			t.sources = append(t.sources, src)
+		}
+	}
+}
+
+// has reports whether src is tracked already; t.mu is held.
+func (t *tracked) has(src Source) bool {
+	if !reflect.TypeOf(src).Comparable() {
+		return false
+	}
+	for _, s := range t.sources {
+		if reflect.TypeOf(s) == reflect.TypeOf(src) && s == src {
+			return true
+		}
+	}
+	return false
 }
 
 // Save writes the events recorded by every source, in order, through w in

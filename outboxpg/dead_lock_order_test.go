@@ -49,7 +49,7 @@ func TestASettlementCountingOvertakenMessagesAndADeadRetryLockTheDeadMessagesInO
 			dead := deadInTableOrderAgainstIDOrder(t, pool, store, "k")
 			w := newWriter(t, store)
 			later := &outbox.Message{Topic: "orders", Key: "k", Payload: []byte(`{}`)}
-			if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, later) }); err != nil {
+			if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, later) }); err != nil {
 				t.Fatal(err)
 			}
 
@@ -151,7 +151,7 @@ func deadInTableOrderAgainstIDOrder(t *testing.T, pool *pgxpool.Pool, store *out
 	ctx := t.Context()
 	w := newWriter(t, store)
 	msgs := []*outbox.Message{{Topic: "orders", Key: key, Payload: []byte(`{}`)}, {Topic: "orders", Key: key, Payload: []byte(`{}`)}}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range msgs {

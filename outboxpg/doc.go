@@ -16,7 +16,7 @@
 // Application code then writes messages in its own transactions, and a relay
 // publishes them:
 //
-//	err = writer.Transact(ctx, func(tx pgx.Tx) error {
+//	err = writer.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error {
 //		if _, err := tx.Exec(ctx, `UPDATE orders SET state = 'paid' WHERE id = $1`, id); err != nil {
 //			return err
 //		}

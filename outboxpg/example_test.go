@@ -41,7 +41,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	err = writer.Transact(ctx, func(tx pgx.Tx) error {
+	err = writer.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE orders SET state = 'paid' WHERE id = $1`, "o-42"); err != nil {
 			return err
 		}

@@ -94,7 +94,7 @@ func pgxHarnessWith(t *testing.T, pool *pgxpool.Pool, opts outboxpg.Options) sto
 		KeyOrdered:             ordered,
 		KeyOrderedSkippingDead: skipping,
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
-			return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+			return w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
 		WriteRollback: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return rollback(store.RunInTx(ctx, func(tx pgx.Tx) error {
@@ -143,7 +143,7 @@ func writeRoundRobin(t *testing.T, store *outboxpg.Store, keys, perKey int) []*o
 		msgs = append(msgs, &outbox.Message{Topic: "accounts", Key: fmt.Sprintf("account-%03d", i%keys)})
 	}
 	ctx := t.Context()
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	return msgs
@@ -208,7 +208,7 @@ func sqlHarness(t *testing.T) storetest.Harness {
 		KeyOrdered:             keyOrdered(t, pool, store),
 		KeyOrderedSkippingDead: keyOrderedWith(t, pool, store, outboxpg.Options{SkipDeadInKeyOrder: true}),
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
-			return w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
+			return w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
 		WriteRollback: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return rollback(sw.RunInTx(ctx, func(tx *sql.Tx) error {

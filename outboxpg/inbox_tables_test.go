@@ -82,7 +82,7 @@ func TestInboxRecordOfAnOlderReleaseWaitsForItsOutboxTable(t *testing.T) {
 	pool := pgtest.Pool(t)
 	out := &outbox.Message{Topic: "invoices.sent", Payload: []byte("{}")}
 	w := newWriter(t, store)
-	if err := w.Transact(t.Context(), func(tx pgx.Tx) error { return w.Write(t.Context(), tx, out) }); err != nil {
+	if err := w.Transact(t.Context(), func(ctx context.Context, tx pgx.Tx) error { return w.Write(t.Context(), tx, out) }); err != nil {
 		t.Fatal(err)
 	}
 	id := uuid.Must(uuid.NewV7())

@@ -214,7 +214,7 @@ func TestMigratedTableWorksWithTheSQLItPrints(t *testing.T) {
 	}
 	w := newWriter(t, store)
 	msg := &outbox.Message{Topic: "t"}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msg) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msg) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: 1e9, Token: uuid.New()})

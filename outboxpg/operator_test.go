@@ -1,6 +1,7 @@
 package outboxpg_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestSettlementAfterAnOperatorUpdateAndVacuumDeletesOnlyThePublishedRows(t *
 	w := newWriter(t, store)
 	write := func(topic string) *outbox.Message {
 		m := &outbox.Message{Topic: topic, Payload: []byte(topic)}
-		if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
+		if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
 			t.Fatalf("write %s: %v", topic, err)
 		}
 		return m
@@ -108,7 +109,7 @@ func TestExchangeThatPublishesAMovedHeadClaimsTheKeysNextMessage(t *testing.T) {
 	w := newWriter(t, store)
 	a1 := &outbox.Message{Topic: "orders", Key: "a"}
 	a2 := &outbox.Message{Topic: "orders", Key: "a"}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, a1, a2) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, a1, a2) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	token := uuid.New()

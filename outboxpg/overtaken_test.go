@@ -1,6 +1,7 @@
 package outboxpg_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestOnlyARelaySkippingDeadMessagesNeedsMigrationSix(t *testing.T) {
 
 	msg := &outbox.Message{Topic: "orders", Key: "order-1", Payload: []byte(`{}`)}
 	w := newWriter(t, holding)
-	if err := w.Transact(t.Context(), func(tx pgx.Tx) error { return w.Write(t.Context(), tx, msg) }); err != nil {
+	if err := w.Transact(t.Context(), func(ctx context.Context, tx pgx.Tx) error { return w.Write(t.Context(), tx, msg) }); err != nil {
 		t.Fatal(err)
 	}
 	token := uuid.New()

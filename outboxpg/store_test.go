@@ -2,6 +2,7 @@ package outboxpg_test
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -64,7 +65,7 @@ func TestATransactionLeaseEndsOnTheServerWhenItsHolderHangs(t *testing.T) {
 	store := newStore(t, pool, outboxpg.Options{TransactionLeases: true})
 	w := newWriter(t, store)
 	m := &outbox.Message{ID: uuid.Must(uuid.NewV7()), Topic: "orders.hung", Payload: []byte("{}")}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	const lease = 500 * time.Millisecond
@@ -231,7 +232,7 @@ func TestExchangeIsOneRoundTrip(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = &outbox.Message{Topic: "orders.created", Payload: []byte("{}")}
 	}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 
@@ -306,7 +307,7 @@ CREATE TRIGGER refuse_claim BEFORE UPDATE ON %[1]q.outbox FOR EACH ROW EXECUTE F
 
 	w := newWriter(t, store)
 	msgs := []*outbox.Message{{Topic: "a"}, {Topic: "b"}, {Topic: "c"}}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	token := uuid.New()
@@ -351,7 +352,7 @@ func TestInsertTxWritesManyMessagesInOneStatement(t *testing.T) {
 			}
 			c.reset()
 			var inTx int64
-			err := w.Transact(ctx, func(tx pgx.Tx) error {
+			err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error {
 				before := c.queries.Load()
 				err := w.Write(ctx, tx, msgs...)
 				inTx = c.queries.Load() - before
@@ -461,7 +462,7 @@ func TestPurgePublishedReturnsAtOnceWhileAnotherPurges(t *testing.T) {
 	ctx := t.Context()
 	w := newWriter(t, store)
 	m := &outbox.Message{Topic: "orders.created"}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	token := uuid.New()
@@ -546,7 +547,7 @@ func testClaimsAreHeapOnly(t *testing.T, payloadSize int) {
 	for i := range msgs {
 		msgs[i] = &outbox.Message{Topic: "orders.created", Payload: bytes.Repeat([]byte("x"), payloadSize)}
 	}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	claimed, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: n, Lease: time.Minute, Token: uuid.New()})
@@ -734,7 +735,7 @@ func TestNextDueInKeyOrderLooksAtABoundedWindow(t *testing.T) {
 		for i := range msgs {
 			msgs[i] = &outbox.Message{Topic: "accounts", Key: "hot"}
 		}
-		if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 			t.Fatalf("write: %v", err)
 		}
 		const lease = time.Hour
@@ -772,7 +773,7 @@ func TestPublishedRowsAreDeletedWhereverARewriteMovedThem(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = &outbox.Message{Topic: "orders.created", Payload: []byte(fmt.Sprintf("order %d", i))}
 	}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	token := uuid.New()
@@ -835,7 +836,7 @@ func TestKeyOrderClaimsTakeTheKeysThatWaitedLongestFirst(t *testing.T) {
 				msgs = append(msgs, &outbox.Message{Topic: "accounts", Key: k})
 			}
 		}
-		if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 			t.Fatalf("write: %v", err)
 		}
 	}

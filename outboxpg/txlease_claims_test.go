@@ -1,6 +1,7 @@
 package outboxpg_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -125,7 +126,7 @@ func writeUnkeyed(t *testing.T, store *outboxpg.Store, n int) {
 		msgs[i] = &outbox.Message{Topic: "orders"}
 	}
 	ctx := t.Context()
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 }

@@ -41,7 +41,7 @@ func TestTransactionLeasesLeaveConnectionsForHandlersOnTheSamePool(t *testing.T)
 		msgs[i] = &outbox.Message{Topic: "orders"}
 	}
 	ctx := t.Context()
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 

@@ -34,7 +34,7 @@ func pgStore(t *testing.T) (*outboxpg.Store, func(ctx context.Context, msgs ...*
 	store := newStore(t, pgtest.Pool(t), outboxpg.Options{})
 	w := newWriter[pgx.Tx](t, store)
 	return store, func(ctx context.Context, msgs ...*outbox.Message) error {
-		return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+		return w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 	}
 }
 

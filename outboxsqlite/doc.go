@@ -20,7 +20,7 @@
 // or lets Writer.Transact run the transaction and wake the relays of the
 // process right after the commit:
 //
-//	err = writer.Transact(ctx, func(tx *sql.Tx) error {
+//	err = writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error {
 //		if _, err := tx.ExecContext(ctx, `UPDATE orders SET state = 'paid' WHERE id = ?`, id); err != nil {
 //			return err
 //		}

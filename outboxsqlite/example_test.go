@@ -43,7 +43,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	err = writer.Transact(ctx, func(tx *sql.Tx) error {
+	err = writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, state) VALUES (?, 'paid')`, "o-42"); err != nil {
 			return err
 		}

@@ -90,7 +90,7 @@ func harness(t *testing.T, store *outboxsqlite.Store) storetest.Harness {
 		KeyOrdered:             ordered,
 		KeyOrderedSkippingDead: skipping,
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
-			return w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
+			return w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
 		WriteRollback: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return rollback(store.RunInTx(ctx, func(tx *sql.Tx) error {

@@ -106,7 +106,7 @@ func TestInboxRecordOfAnOlderReleaseWaitsForTheStoresTable(t *testing.T) {
 	}
 	out := &outbox.Message{Topic: "invoices.sent", Payload: []byte("{}")}
 	w := newWriter(t, store)
-	if err := w.Transact(t.Context(), func(tx *sql.Tx) error { return w.Write(t.Context(), tx, out) }); err != nil {
+	if err := w.Transact(t.Context(), func(ctx context.Context, tx *sql.Tx) error { return w.Write(t.Context(), tx, out) }); err != nil {
 		t.Fatal(err)
 	}
 	id := uuid.Must(uuid.NewV7())

@@ -1,6 +1,7 @@
 package outboxsqlite_test
 
 import (
+	"context"
 	"database/sql"
 	"strings"
 	"sync"
@@ -101,7 +102,7 @@ func TestMigrateUpDownAndUpAgain(t *testing.T) {
 	}
 	w := newWriter(t, s)
 	msg := &outbox.Message{Topic: "t"}
-	if err := w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msg) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msg) }); err != nil {
 		t.Fatalf("write to the re-created table: %v", err)
 	}
 	if st, err := s.Stats(ctx); err != nil || st.Pending != 1 {
@@ -220,7 +221,7 @@ func TestMigratedTableWorksWithTheSQLItPrints(t *testing.T) {
 	}
 	w := newWriter(t, store)
 	msg := &outbox.Message{Topic: "t"}
-	if err := w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msg) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msg) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	got, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: time.Second, Token: uuid.New()})

@@ -131,7 +131,7 @@ func TestDamagedDatabaseErrorsNameTheFileAndTheFix(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = &outbox.Message{Topic: "t", Payload: bytes.Repeat([]byte{'x'}, 500)}
 	}
-	if err := w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Close(); err != nil { // checkpoints the WAL into the file

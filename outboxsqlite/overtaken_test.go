@@ -1,6 +1,7 @@
 package outboxsqlite_test
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestOnlyARelaySkippingDeadMessagesNeedsMigrationFive(t *testing.T) {
 
 	msg := &outbox.Message{Topic: "orders", Key: "order-1", Payload: []byte(`{}`)}
 	w := newWriter(t, holding)
-	if err := w.Transact(t.Context(), func(tx *sql.Tx) error { return w.Write(t.Context(), tx, msg) }); err != nil {
+	if err := w.Transact(t.Context(), func(ctx context.Context, tx *sql.Tx) error { return w.Write(t.Context(), tx, msg) }); err != nil {
 		t.Fatal(err)
 	}
 	token := uuid.New()

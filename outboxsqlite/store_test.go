@@ -134,7 +134,7 @@ BEGIN SELECT RAISE(ABORT, 'claim refused by the test'); END`, refused))
 
 	w := newWriter(t, store)
 	msgs := []*outbox.Message{{Topic: "a"}, {Topic: "b"}, {Topic: "c"}}
-	if err := w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	token := uuid.New()
@@ -168,7 +168,7 @@ func TestClaimWithNothingDueOnlyReads(t *testing.T) {
 	ctx := t.Context()
 	w := newWriter(t, store)
 	scheduled := &outbox.Message{Topic: "later", AvailableAt: time.Now().Add(time.Hour)}
-	if err := w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, scheduled) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, scheduled) }); err != nil {
 		t.Fatal(err)
 	}
 	before := len(log.all())
@@ -199,7 +199,7 @@ func TestInsertTxWritesManyMessages(t *testing.T) {
 		msgs[i] = &outbox.Message{Topic: "orders.created", Key: fmt.Sprint(i % 7), Payload: []byte(fmt.Sprint(i)),
 			Headers: map[string]string{"n": fmt.Sprint(i)}}
 	}
-	if err := w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatalf("write %d messages: %v", n, err)
 	}
 	st, err := store.Stats(ctx)
@@ -247,7 +247,9 @@ func TestRunInTxRollsBackOnPanic(t *testing.T) {
 		t.Fatalf("message %s written before a panic: %v; want ErrNotFound (rolled back)", m.ID, err)
 	}
 	// The panic released the write queue: the next write goes through.
-	if err := w.Transact(t.Context(), func(tx *sql.Tx) error { return w.Write(t.Context(), tx, &outbox.Message{Topic: "next"}) }); err != nil {
+	if err := w.Transact(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+		return w.Write(t.Context(), tx, &outbox.Message{Topic: "next"})
+	}); err != nil {
 		t.Fatalf("write after the panic: %v", err)
 	}
 }
@@ -307,7 +309,7 @@ func TestPurgePublishedLetsOneCallerAtATimeWork(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = &outbox.Message{Topic: "kept"}
 	}
-	if err := w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatal(err)
 	}
 	token := uuid.New()

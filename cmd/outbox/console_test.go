@@ -199,7 +199,7 @@ func writeAndClaim(t *testing.T, store *outboxpg.Store, payload string) (id, tok
 		t.Fatal(err)
 	}
 	m := &outbox.Message{Topic: "orders.placed", Key: "o-7", Payload: []byte(payload), Headers: map[string]string{"content-type": "application/json"}}
-	if err := w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
+	if err := w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, m) }); err != nil {
 		t.Fatal(err)
 	}
 	token = uuid.New()

@@ -67,7 +67,7 @@ func postgresDB(t *testing.T) processDB {
 		url:  url,
 		args: []string{"--schema", schema},
 		write: func(ctx context.Context, msgs []*outbox.Message) error {
-			return writer.Transact(ctx, func(tx pgx.Tx) error { return writer.Write(ctx, tx, msgs...) })
+			return writer.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return writer.Write(ctx, tx, msgs...) })
 		},
 		stats: store.Stats,
 	}

@@ -178,7 +178,7 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMo
 		admin:    store,
 		migrator: pgMigrator{m},
 		send: func(ctx context.Context, msgs ...*outbox.Message) error {
-			return w.Transact(ctx, func(tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
+			return w.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
 		inbox: func(_ context.Context, table string) (inboxTable, error) {
 			return outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: g.schema, Table: table})

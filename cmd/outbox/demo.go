@@ -230,7 +230,7 @@ func (d *demo) apply(ctx context.Context, m outbox.Message) error {
 func (d *demo) placeOrder(ctx context.Context, id int, customer string, cents int, fail bool) (*outbox.Message, error) {
 	m := &outbox.Message{Topic: "orders.created", Key: customer, Payload: fmt.Appendf(nil, `{"total_cents":%d}`, cents),
 		Headers: map[string]string{"content-type": "application/json"}}
-	err := d.writer.Transact(ctx, func(tx *sql.Tx) error {
+	err := d.writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, customer, total_cents) VALUES (?, ?, ?)`, id, customer, cents); err != nil {
 			return err
 		}
@@ -361,7 +361,7 @@ const demoMaxMsgSize = 64 << 10
 func (d *demo) poison(ctx context.Context) error {
 	payload := fmt.Appendf(nil, `{"note":%q}`, strings.Repeat("x", demoMaxMsgSize))
 	m := &outbox.Message{Topic: "orders.imported", Key: "ada", Payload: payload}
-	if err := d.writer.Transact(ctx, func(tx *sql.Tx) error { return d.writer.Write(ctx, tx, m) }); err != nil {
+	if err := d.writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return d.writer.Write(ctx, tx, m) }); err != nil {
 		return err
 	}
 	if err := pollUntil(ctx, 10*time.Second, func() bool {

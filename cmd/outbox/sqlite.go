@@ -160,7 +160,7 @@ func (d *sqliteDB) send(ctx context.Context, msgs ...*outbox.Message) error {
 		return err
 	}
 	// Relays in other processes see the commit through their write watcher.
-	return w.Transact(ctx, func(tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
+	return w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 }
 
 func (d *sqliteDB) Name() string { return d.name }

@@ -46,7 +46,7 @@ func sqliteProcessDB(t *testing.T) processDB {
 	return processDB{
 		url: "sqlite://" + path, // path is absolute: sqlite:///tmp/...
 		write: func(ctx context.Context, msgs []*outbox.Message) error {
-			return writer.Transact(ctx, func(tx *sql.Tx) error { return writer.Write(ctx, tx, msgs...) })
+			return writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return writer.Write(ctx, tx, msgs...) })
 		},
 		stats: store.Stats,
 	}

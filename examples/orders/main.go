@@ -189,7 +189,7 @@ func (a *app) save(ctx context.Context, orders ...*Order) error {
 	}
 	// Transact writes the orders' events after the rows, in the same
 	// transaction, and clears them from the orders only once it committed.
-	return outboxevents.Transact(ctx, a.writer, a.events, func(tx *sql.Tx) error {
+	return outboxevents.Transact(ctx, a.writer, a.events, func(ctx context.Context, tx *sql.Tx) error {
 		for _, o := range orders {
 			_, err := tx.ExecContext(ctx, `INSERT INTO orders VALUES (?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET paid = excluded.paid`,
 				o.ID, o.Customer, o.TotalCents, o.Paid)

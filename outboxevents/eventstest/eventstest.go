@@ -64,6 +64,7 @@ func Run[TTx any](t *testing.T, newHarness func(t *testing.T) Harness[TTx]) {
 	}{
 		{"RolledBackEventsReachNoHandlerCommittedOnesReachEveryHandler", testRollback[TTx]},
 		{"EventsOfAFailedTransactionStayRecordedForItsRetry", testRetriedTransaction[TTx]},
+		{"AnAggregateLoadedAndTrackedInTheTransactionHasItsEventsWrittenOnceAndCleared", testTracked[TTx]},
 		{"ThreeHandlersTheSecondFailingTwiceEachApplyOnce", testFailingHandler[TTx]},
 		{"UnknownTypeAndUndecodableBodyAreDeadAtOnce", testUndecodable[TTx]},
 		{"OldNameAndShapeReachTheNewHandlerThroughAliasAndUpcast", testEvolution[TTx]},
@@ -127,7 +128,7 @@ func save[TTx any](t *testing.T, h Harness[TTx], r *outboxevents.Registry, commi
 		o.Record(e)
 	}
 	errRollback := errors.New("roll back on purpose")
-	err := outboxevents.Transact(t.Context(), h.Writer, r, func(TTx) error {
+	err := outboxevents.Transact(t.Context(), h.Writer, r, func(context.Context, TTx) error {
 		if !commit {
 			return errRollback
 		}
@@ -189,7 +190,7 @@ func testRetriedTransaction[TTx any](t *testing.T, h Harness[TTx]) {
 	o := &order{id: "o-retried"}
 	o.Record(OrderPlaced{OrderID: "o-retried"})
 	errConflict := errors.New("could not serialize access (injected)")
-	err := h.Writer.Transact(t.Context(), func(tx TTx) error {
+	err := h.Writer.Transact(t.Context(), func(ctx context.Context, tx TTx) error {
 		if err := outboxevents.Save(t.Context(), h.Writer, tx, r, o); err != nil {
 			return err
 		}
@@ -201,7 +202,7 @@ func testRetriedTransaction[TTx any](t *testing.T, h Harness[TTx]) {
 	if n := len(o.RecordedEvents()); n != 1 {
 		t.Fatalf("after the failed transaction the order holds %d events, want its 1 event kept for the retry", n)
 	}
-	if err := outboxevents.Transact(t.Context(), h.Writer, r, func(TTx) error { return nil }, o); err != nil {
+	if err := outboxevents.Transact(t.Context(), h.Writer, r, func(context.Context, TTx) error { return nil }, o); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(o.RecordedEvents()); n != 0 {
@@ -209,6 +210,36 @@ func testRetriedTransaction[TTx any](t *testing.T, h Harness[TTx]) {
 	}
 	relaytest.StartRelay(t, h.Store, d, outbox.Config{PollInterval: 50 * time.Millisecond})
 	requireEffects(t, h, map[string]int{"read-model/o-retried": 1})
+}
+
+// An aggregate loaded inside the transaction (under a lock, in a real
+// application) is tracked there: its events are written with the
+// transaction, once even if tracked twice, and cleared after the commit;
+// tracking with a context Transact did not give fails.
+func testTracked[TTx any](t *testing.T, h Harness[TTx]) {
+	r := registry(t)
+	d := dispatcher(t, h, r)
+	handle(t, d, h, "read-model", paidID, nil)
+	var loaded *order
+	err := outboxevents.Transact(t.Context(), h.Writer, r, func(ctx context.Context, tx TTx) error {
+		loaded = &order{id: "o-tracked"} // loaded from its row, FOR UPDATE
+		loaded.Record(OrderPaid{OrderID: "o-tracked"})
+		if err := outboxevents.Track(ctx, loaded); err != nil {
+			return err
+		}
+		return outboxevents.Track(ctx, loaded)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(loaded.RecordedEvents()); n != 0 {
+		t.Errorf("after the commit the tracked order still holds %d events, want them cleared", n)
+	}
+	if err := outboxevents.Track(t.Context(), loaded); err == nil {
+		t.Error("Track with a context Transact did not give: nil error, want one saying which context to pass")
+	}
+	relaytest.StartRelay(t, h.Store, d, outbox.Config{PollInterval: 50 * time.Millisecond})
+	requireEffects(t, h, map[string]int{"read-model/o-tracked": 1})
 }
 
 func testFailingHandler[TTx any](t *testing.T, h Harness[TTx]) {
@@ -238,7 +269,7 @@ func testUndecodable[TTx any](t *testing.T, h Harness[TTx]) {
 	handle(t, d, h, "read-model", placedID, nil)
 	unknown := &outbox.Message{Topic: "orders.cancelled", Payload: []byte(`{}`), Headers: map[string]string{outboxevents.HeaderType: "orders.cancelled"}}
 	garbled := &outbox.Message{Topic: "orders.placed", Payload: []byte(`{"total_cents":"lots"}`), Headers: map[string]string{outboxevents.HeaderType: "orders.placed"}}
-	if err := h.Writer.Transact(t.Context(), func(tx TTx) error { return h.Writer.Write(t.Context(), tx, unknown, garbled) }); err != nil {
+	if err := h.Writer.Transact(t.Context(), func(ctx context.Context, tx TTx) error { return h.Writer.Write(t.Context(), tx, unknown, garbled) }); err != nil {
 		t.Fatal(err)
 	}
 	relaytest.StartRelay(t, h.Store, d, outbox.Config{PollInterval: 50 * time.Millisecond, MaxAttempts: 10})

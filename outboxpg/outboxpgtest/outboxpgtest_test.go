@@ -37,7 +37,7 @@ func TestEachTestGetsItsOwnMigratedDatabaseDroppedWhenItEnds(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				err = writer.Transact(t.Context(), func(tx pgx.Tx) error {
+				err = writer.Transact(t.Context(), func(ctx context.Context, tx pgx.Tx) error {
 					if _, err := tx.Exec(t.Context(), `INSERT INTO orders (id) VALUES ('o-1')`); err != nil {
 						return err
 					}
@@ -76,7 +76,7 @@ func TestRequireWrittenSeesTheCommittedMessagesAndFailsNamingTheTopicOfARolledBa
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if err := writer.Transact(ctx, func(tx pgx.Tx) error {
+	if err := writer.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		return writer.Write(ctx, tx,
 			&outbox.Message{Topic: "orders.created", Key: "o-1", Payload: []byte(`{"id":"o-1"}`), Headers: map[string]string{"content-type": "application/json"}},
 			&outbox.Message{Topic: "orders.paid", Key: "o-1", Payload: []byte(`{"id":"o-1"}`)})
@@ -84,7 +84,7 @@ func TestRequireWrittenSeesTheCommittedMessagesAndFailsNamingTheTopicOfARolledBa
 		t.Fatal(err)
 	}
 	rollBack := errors.New("roll back")
-	if err := writer.Transact(ctx, func(tx pgx.Tx) error {
+	if err := writer.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if err := writer.Write(ctx, tx, &outbox.Message{Topic: "orders.cancelled", Key: "o-1", Payload: []byte("{}")}); err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func TestDrainPublishesWhatIsDueDeadLettersThePermanentFailureAndLeavesTheRetryP
 	for _, topic := range []string{"fine", "poison", "flaky", "fine"} {
 		msgs = append(msgs, &outbox.Message{Topic: topic, Payload: []byte(topic)})
 	}
-	if err := writer.Transact(ctx, func(tx pgx.Tx) error { return writer.Write(ctx, tx, msgs...) }); err != nil {
+	if err := writer.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return writer.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatal(err)
 	}
 	rec := &outboxtest.Recorder{Fail: func(m outbox.Message, attempt int) error {

@@ -34,7 +34,7 @@ func TestRequireWrittenSeesTheCommittedMessagesAndFailsNamingTheTopicOfARolledBa
 	outboxtest.RequireNothingWritten(t, db)
 	writer := newWriter(t, db)
 	ctx := t.Context()
-	if err := writer.Transact(ctx, func(tx *sql.Tx) error {
+	if err := writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id) VALUES ('o-1')`); err != nil {
 			return err
 		}
@@ -43,7 +43,7 @@ func TestRequireWrittenSeesTheCommittedMessagesAndFailsNamingTheTopicOfARolledBa
 		t.Fatal(err)
 	}
 	rollBack := errors.New("roll back")
-	if err := writer.Transact(ctx, func(tx *sql.Tx) error {
+	if err := writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := writer.Write(ctx, tx, &outbox.Message{Topic: "orders.cancelled", Key: "o-1", Payload: []byte("{}")}); err != nil {
 			return err
 		}
@@ -72,7 +72,7 @@ func TestDrainPublishesWhatIsDueInKeyOrderAndLeavesTheRetryPending(t *testing.T)
 	for i, key := range []string{"a", "a", "a", "b", "b", "c"} {
 		msgs = append(msgs, &outbox.Message{Topic: "t", Key: key, Payload: []byte{byte('0' + i)}})
 	}
-	if err := writer.Transact(ctx, func(tx *sql.Tx) error { return writer.Write(ctx, tx, msgs...) }); err != nil {
+	if err := writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return writer.Write(ctx, tx, msgs...) }); err != nil {
 		t.Fatal(err)
 	}
 	rec := &outboxtest.Recorder{Fail: func(m outbox.Message, attempt int) error {
