@@ -4,16 +4,38 @@ go 1.26.0
 
 require (
 	github.com/go-outbox/outbox v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/amqptest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/natstest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxamqp v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxkafka v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxnats v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxsqlite v0.0.0-00010101000000-000000000000
+	github.com/nats-io/nats-server/v2 v2.15.3
+	github.com/nats-io/nats.go v1.55.0
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
 
 require (
+	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.0.0 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	github.com/twmb/franz-go v1.22.2 // indirect
+	github.com/twmb/franz-go/pkg/kadm v1.18.0 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 	modernc.org/libc v1.77.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
@@ -23,3 +45,15 @@ require (
 replace github.com/go-outbox/outbox => ..
 
 replace github.com/go-outbox/outbox/outboxsqlite => ../outboxsqlite
+
+replace github.com/go-outbox/outbox/outboxnats => ../outboxnats
+
+replace github.com/go-outbox/outbox/outboxkafka => ../outboxkafka
+
+replace github.com/go-outbox/outbox/outboxamqp => ../outboxamqp
+
+replace github.com/go-outbox/outbox/internal/natstest => ../internal/natstest
+
+replace github.com/go-outbox/outbox/internal/kafkatest => ../internal/kafkatest
+
+replace github.com/go-outbox/outbox/internal/amqptest => ../internal/amqptest
