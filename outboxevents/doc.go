@@ -110,8 +110,19 @@
 // # Brokers
 //
 // Events written this way are ordinary outbox messages: any publisher sends
-// them, and a consumer decodes them with Registry.Decode on the message
-// (outboxamqp.FromDelivery, say, gives one).
+// them. The same Dispatcher consumes them from a broker: Deliver is the
+// handler of every consumer adapter, each handler applying each event once
+// with its own inbox record, as in process:
+//
+//	err := outboxamqp.Consume(ctx, url, outboxamqp.ConsumerConfig{Queue: "billing", Name: "billing", Parked: inboxTable}, d.Deliver)
+//
+// Run RetryParked in the same process for the retries operators request of
+// a handler's parked share. A handler name may handle several types (Handle
+// once per type), so that an aggregate's events reach it in order across
+// types. Middleware given with Use wraps every handler run on both paths
+// (Recover, Timeout, Classify, PermanentOn, Log), and MessageOf gives a
+// handler its message. A consumer in another language decodes the
+// CloudEvents headers; a Go consumer without handlers calls Registry.Decode.
 //
 // # Evolving events
 //
