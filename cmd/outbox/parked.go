@@ -184,12 +184,34 @@ func newParkedShowCommand(open openInbox) *cobra.Command {
 }
 
 // needConsumer is the usage error of a command that changes one consumer's
-// parked messages without --consumer.
-func needConsumer(cmd *cobra.Command, consumer string) error {
-	if consumer == "" {
-		return usagef("%s: --consumer is required: name the consumer that parked the messages (the CONSUMER column of `outbox inbox parked list`)", cmd.CommandPath())
+// parked messages without --consumer and without ids (--all, or
+// --taken-older-than), which only --consumer can name.
+func needConsumer(cmd *cobra.Command, consumer string, byID bool) error {
+	if consumer == "" && !byID {
+		return usagef("%s: --consumer is required without message ids: name the consumer that parked the messages (the CONSUMER column of `outbox inbox parked list`)", cmd.CommandPath())
 	}
 	return nil
+}
+
+// consumerOf returns consumer or, when it is empty, the one consumer that
+// parked every message of ids, found as `parked show` finds it: --consumer
+// is needed only when several consumers parked one of them, or parked
+// them.
+func consumerOf(ctx context.Context, t inboxTable, consumer string, ids []uuid.UUID) (string, error) {
+	if consumer != "" {
+		return consumer, nil
+	}
+	for _, id := range ids {
+		p, err := t.GetParked(ctx, "", id)
+		if err != nil {
+			return "", fmt.Errorf("%w (name the consumer with --consumer)", err)
+		}
+		if consumer != "" && p.Consumer != consumer {
+			return "", usagef("the messages were parked by several consumers (%s, %s): give each consumer's ids with its --consumer", consumer, p.Consumer)
+		}
+		consumer = p.Consumer
+	}
+	return consumer, nil
 }
 
 func newParkedRetryCommand(open openInbox) *cobra.Command {
@@ -199,7 +221,7 @@ func newParkedRetryCommand(open openInbox) *cobra.Command {
 		takenOlder        time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "retry --consumer C (ID... | --all | --taken-older-than D) [--force] [--taken]",
+		Use:   "retry [--consumer C] (ID... | --all | --taken-older-than D) [--force] [--taken]",
 		Short: "Ask the running consumer to handle parked messages again",
 		Long: `retry marks parked messages of --consumer for a retry. A running process of that consumer (with
 Parked set in its config) takes them, one at a time, within a second and hands them to its handler
@@ -219,7 +241,7 @@ back what it took; one that was killed leaves it taken. Then take it back and re
 (` + "`outbox inbox status`" + ` flags them). If the process that took it in fact still runs, the message
 is handled twice.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := needConsumer(cmd, consumer); err != nil {
+			if err := needConsumer(cmd, consumer, len(args) > 0 && !all); err != nil {
 				return err
 			}
 			var ids []uuid.UUID
@@ -241,6 +263,9 @@ is handled twice.`,
 				return err
 			}
 			defer done()
+			if consumer, err = consumerOf(cmd.Context(), t, consumer, ids); err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("taken-older-than") {
 				if ids, err = takenBefore(cmd.Context(), t, consumer, time.Now().Add(-takenOlder)); err != nil {
 					return err
@@ -276,7 +301,7 @@ is handled twice.`,
 			return missingParked(len(ids), n, consumer)
 		},
 	}
-	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to retry (required)")
+	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to retry (needed with --all or --taken-older-than, or when several consumers parked a message)")
 	cmd.Flags().BoolVar(&all, "all", false, "retry every parked message of the consumer (those waiting behind another follow it)")
 	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, applying them after those")
 	cmd.Flags().BoolVar(&taken, "taken", false, "take the messages (by id) back from the consumer process that took them, and retry them; "+
@@ -338,7 +363,7 @@ func newParkedDiscardCommand(open openInbox) *cobra.Command {
 		taken    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "discard --consumer C ID... [--taken]",
+		Use:   "discard [--consumer C] ID... [--taken]",
 		Short: "Delete parked messages for good",
 		Long: `discard deletes parked messages of --consumer. A discarded message that was first of its key
 lets the key go on: the message waiting behind it is retried by the running consumer.
@@ -349,7 +374,7 @@ before it ended (a killed process leaves the message taken), take it back and di
 --taken; if the process is in fact still running, the message may be applied after later messages
 of its key.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := needConsumer(cmd, consumer); err != nil {
+			if err := needConsumer(cmd, consumer, true); err != nil {
 				return err
 			}
 			ids, err := idsOrAll(args, false)
@@ -379,7 +404,7 @@ of its key.`,
 			return changeParked(cmd, open, consumer, ids, discard, "discarded")
 		},
 	}
-	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to discard (required)")
+	cmd.Flags().StringVar(&consumer, "consumer", "", "the consumer whose parked messages to discard (needed when several consumers parked a message)")
 	cmd.Flags().BoolVar(&taken, "taken", false, "take the messages back from the consumer process that took them, and discard them; "+
 		"if that process still runs, the message may be applied after later messages of its key")
 	return cmd
@@ -396,6 +421,9 @@ func changeParked(cmd *cobra.Command, open openInbox, consumer string, ids []uui
 		return err
 	}
 	defer done()
+	if consumer, err = consumerOf(cmd.Context(), t, consumer, ids); err != nil {
+		return err
+	}
 	n, err := change(t, cmd.Context(), consumer, ids...)
 	if err != nil {
 		return err

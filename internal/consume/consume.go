@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -251,6 +252,23 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// RetryCommand is the CLI command that asks consumer's running processes to
+// retry its parked message id, for the logs to name.
+func RetryCommand(consumer string, id uuid.UUID) string {
+	return fmt.Sprintf("outbox inbox parked retry --consumer %s %s", shellQuote(consumer), id)
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but
+// letters, digits and -_.:/@ (a consumer name is the user's).
+func shellQuote(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.:/@", r)) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
+}
+
 // Reason is what a broker keeps as the reason of a message parked after
 // attempts, the last failing with cause.
 func Reason(attempts int, cause error) string {
@@ -279,8 +297,8 @@ func park(ctx context.Context, cfg Config, log *slog.Logger, d Delivery, m outbo
 		}
 		return
 	}
-	log.Error("outbox consumer: message parked in the consumer's database: the handler failed; fix the cause, then retry it with `outbox inbox parked retry`",
-		slog.Int("attempts", attempts), slog.Any("error", cause))
+	log.Error("outbox consumer: message parked in the consumer's database: the handler failed; fix the cause, then retry it with the command in retry_with",
+		slog.Int("attempts", attempts), slog.Any("error", cause), slog.String("retry_with", RetryCommand(cfg.Consumer, m.ID)))
 	if m.Key != "" && !cfg.SkipParkedInKeyOrder && cfg.keyStore() == nil {
 		log.Warn("outbox consumer: Parked cannot hold a key (it is no outbox.KeyParkStore): the later messages of the key are applied before the parked one",
 			slog.String("key", m.Key))
