@@ -43,7 +43,9 @@ type ConsumerConfig struct {
 	// A failure marked outbox.Unavailable (or held back, as
 	// outboxevents.Dispatcher.Deliver holds an event whose handler's
 	// destination is down) counts no attempt: the message waits in place,
-	// its key with it, for as long as the outage lasts.
+	// its key with it, for as long as the outage lasts (in this process:
+	// a redelivery after a reconnection or a restart is counted by the
+	// broker where it counts deliveries).
 	MaxDeliver int
 	// BackoffBase and BackoffMax bound the pause between two attempts of a
 	// failing message (doubling, jittered) and between reconnections.

@@ -201,7 +201,10 @@ func (d *Dispatcher[TTx]) Publish(ctx context.Context, batch []outbox.Message) [
 // handler of its type, as Publish does for each message of a batch: pass it
 // as the handler of a consumer adapter, which then runs typed handlers,
 // each with its own inbox record, and gives up on an event as it gives up
-// on any message.
+// on any message. The adapter's name (ConsumerConfig.Name, Durable or
+// Group) must differ from every handler's: both park under their names in
+// the inbox table. Deliver refuses a clash with an unavailable error naming
+// the fix, so the adapter waits and parks nothing until it is renamed.
 //
 //	err := outboxamqp.Consume(ctx, url, outboxamqp.ConsumerConfig{Queue: "billing", Name: "billing"}, d.Deliver)
 //
@@ -231,6 +234,9 @@ func (d *Dispatcher[TTx]) Deliver(ctx context.Context, m outbox.Message) error {
 func (d *Dispatcher[TTx]) KeepsKeyOrder() {}
 
 func (d *Dispatcher[TTx]) dispatch(ctx context.Context, m outbox.Message) error {
+	if err := d.checkConsumerName(ctx); err != nil {
+		return err
+	}
 	event, name, err := d.reg.Decode(m)
 	if errors.Is(err, ErrNewerVersion) {
 		return err
@@ -296,6 +302,28 @@ func (d *Dispatcher[TTx]) dispatch(ctx context.Context, m outbox.Message) error 
 		return outbox.HeldBack(outbox.RetryAfter(wrap(unavailable), wait))
 	}
 	return nil
+}
+
+// checkConsumerName refuses to run under a consumer adapter whose name is
+// a handler's: the adapter's parked messages and the handler's parked
+// shares would share one name in the inbox table, and each retry loop would
+// take the other's rows (a share retried by the adapter is skipped and
+// unparked, never applied; a message retried by the handler's loop reaches
+// that handler alone). Unavailable, so that the adapter waits in place,
+// parking nothing and losing nothing, until the name is changed.
+func (d *Dispatcher[TTx]) checkConsumerName(ctx context.Context) error {
+	consumer, ok := outbox.ConsumerName(ctx)
+	if !ok {
+		return nil
+	}
+	d.mu.RLock()
+	clash := d.byName[consumer] != nil
+	d.mu.RUnlock()
+	if !clash {
+		return nil
+	}
+	return outbox.Unavailable(&outbox.ConfigError{Field: "consumer adapter name", Value: consumer,
+		Fix: fmt.Sprintf("give the adapter (ConsumerConfig.Name, Durable or Group) a name no handler has: handler %q parks its shares under that name in the same inbox table", consumer)})
 }
 
 // run applies run.Event with h through h's inbox, in h's transaction,

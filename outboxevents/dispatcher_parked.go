@@ -30,7 +30,11 @@ const (
 type RetryConfig struct {
 	// Attempts is how many times a retried share is tried, with a backoff
 	// from 100 ms to 5 s, before it is parked again with its new error. A
-	// permanent error parks it again at once. Default RetryAttemptsDefault.
+	// permanent error parks it again at once. A handler whose destination
+	// is unavailable (outbox.Unavailable) spends no attempt: the retry
+	// waits in place, holding the handler's other requested retries
+	// behind it, until the destination is back. Default
+	// RetryAttemptsDefault.
 	Attempts int
 	// Logger receives the retries and their failures. Default
 	// slog.Default().

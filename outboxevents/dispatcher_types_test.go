@@ -106,3 +106,21 @@ func TestAHandlerOfTwoTypesKeepsItsKeyOrderAcrossThem(t *testing.T) {
 		t.Fatalf("after the retry of its parked share, mailer applied %v; want placed %s then paid %s", got, placed.ID, paid.ID)
 	}
 }
+
+// A consumer adapter named as a handler would mix the adapter's parked
+// messages with the handler's parked shares: Deliver refuses to run under
+// it, unavailable (the adapter waits, parking and losing nothing), naming
+// the fix; under another name it applies the event.
+func TestDeliverRefusesAConsumerAdapterNamedAsAHandler(t *testing.T) {
+	t.Parallel()
+	h := &mailer{}
+	d, m := dispatcherWith(t, newMemInbox(), nil, func(ctx context.Context, _ *memTx, _ OrderPlaced) error { return h.apply(ctx, false) }, "mailer")
+	err := d.Deliver(outbox.WithConsumerName(t.Context(), "mailer"), m)
+	var cfgErr *outbox.ConfigError
+	if !outbox.IsUnavailable(err) || outbox.IsPermanent(err) || !errors.As(err, &cfgErr) || len(h.got()) != 0 {
+		t.Fatalf("Deliver under an adapter named as its handler: %v, applied %v; want an unavailable *outbox.ConfigError and the handler not run", err, h.got())
+	}
+	if err := d.Deliver(outbox.WithConsumerName(t.Context(), "orders-service"), m); err != nil || len(h.got()) != 1 {
+		t.Fatalf("Deliver under another name: %v, applied %v; want applied", err, h.got())
+	}
+}

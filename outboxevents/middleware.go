@@ -29,7 +29,11 @@ type Run struct {
 // classify it, see Classify), or not call it. It runs inside the handler's
 // transaction, after the inbox found the event not applied yet: an event
 // applied before reaches no middleware, and an error it returns rolls the
-// handler's changes back. Give middlewares to NewDispatcher with Use.
+// handler's changes back. A middleware that returns nil, whether it called
+// next or not, commits the inbox record: the event counts as applied by the
+// handler (and, where the transaction still commits, so do the handler's
+// partial writes), so never return nil for a failed next. Give middlewares
+// to NewDispatcher with Use.
 type Middleware func(ctx context.Context, run Run, next func(ctx context.Context) error) error
 
 // Use makes the dispatcher run every handler through mw, the first given
@@ -98,7 +102,8 @@ func Timeout(d time.Duration) Middleware {
 // Classify passes each error a handler returns through fn, which returns it
 // marked as it should count: outbox.Permanent (parked, or dead-lettered, at
 // once), outbox.Unavailable (the handler's destination is down: no attempt
-// counts) or as it is (retried). fn is not called for a success.
+// counts) or as it is (retried). fn is not called for a success, and must
+// not return nil for an error: that commits the event as applied.
 func Classify(fn func(run Run, err error) error) Middleware {
 	return func(ctx context.Context, run Run, next func(ctx context.Context) error) error {
 		if err := next(ctx); err != nil {

@@ -112,11 +112,13 @@ func (t *tracked) add(sources ...Source) {
 
 // has reports whether src is tracked already; t.mu is held.
 func (t *tracked) has(src Source) bool {
-	if !reflect.TypeOf(src).Comparable() {
+	// Only a comparable value can be compared: a struct holding a slice
+	// in an interface field is not, though its type is.
+	if !reflect.ValueOf(src).Comparable() {
 		return false
 	}
 	for _, s := range t.sources {
-		if reflect.TypeOf(s) == reflect.TypeOf(src) && s == src {
+		if reflect.TypeOf(s) == reflect.TypeOf(src) && reflect.ValueOf(s).Comparable() && s == src {
 			return true
 		}
 	}

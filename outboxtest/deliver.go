@@ -124,7 +124,7 @@ func (d *delivery) handle(ctx context.Context, handle func(context.Context, outb
 	unavailable := 0
 	for attempt := 1; ctx.Err() == nil; {
 		err := handle(ctx, d.Message)
-		down := err != nil && (outbox.IsUnavailable(err) || outbox.IsHeldBack(err))
+		down := err != nil && !outbox.IsPermanent(err) && (outbox.IsUnavailable(err) || outbox.IsHeldBack(err))
 		d.mu.Lock()
 		d.Attempts++
 		if err != nil {

@@ -51,6 +51,9 @@ func TestDeliverCountsNoAttemptWhileTheDestinationIsUnavailable(t *testing.T) {
 	t.Parallel()
 	calls := 0
 	got := outboxtest.DeliverWith(t, func(ctx context.Context, m outbox.Message) error {
+		if m.Topic == "classified permanent" {
+			return outbox.Permanent(outbox.Unavailable(errors.New("smtp: no such mailbox")))
+		}
 		if m.Topic == "down for good" {
 			return outbox.Unavailable(errors.New("smtp: connection refused"))
 		}
@@ -58,12 +61,15 @@ func TestDeliverCountsNoAttemptWhileTheDestinationIsUnavailable(t *testing.T) {
 			return outbox.HeldBack(outbox.RetryAfter(errors.New("handler paused"), time.Millisecond))
 		}
 		return nil
-	}, outboxtest.DeliverConfig{MaxDeliver: 2, MaxUnavailable: 10}, outbox.Message{Topic: "back soon"}, outbox.Message{Topic: "down for good"})
+	}, outboxtest.DeliverConfig{MaxDeliver: 2, MaxUnavailable: 10}, outbox.Message{Topic: "back soon"}, outbox.Message{Topic: "down for good"}, outbox.Message{Topic: "classified permanent"})
 	if got[0].Attempts != 5 || got[0].Acked != 1 || got[0].Parked != 0 {
 		t.Errorf("a destination down 4 times with MaxDeliver 2: %+v; want 5 calls, acknowledged, not parked", got[0])
 	}
 	if got[1].Attempts != 10 || got[1].Acked != 0 || got[1].Parked != 0 {
 		t.Errorf("a destination that stays down: %+v; want MaxUnavailable = 10 calls, neither acknowledged nor parked", got[1])
+	}
+	if got[2].Attempts != 1 || got[2].Parked != 1 {
+		t.Errorf("an unavailable error marked permanent: %+v; want parked at once (permanent wins, as in the adapters)", got[2])
 	}
 }
 

@@ -75,8 +75,16 @@ func NewDispatcher(reg *outboxevents.Registry, inbox outbox.InboxStore[pgx.Tx], 
 		// One name over both types: the read model sees an order's
 		// events in order, OrderPaid after OrderPlaced.
 		outboxevents.Handle(d, "read-model", func(ctx context.Context, tx pgx.Tx, e OrderPaid) error {
-			_, err := tx.Exec(ctx, `UPDATE order_summaries SET status = 'paid' WHERE id = $1`, e.OrderID)
-			return err
+			tag, err := tx.Exec(ctx, `UPDATE order_summaries SET status = 'paid' WHERE id = $1`, e.OrderID)
+			if err != nil {
+				return err
+			}
+			// No summary yet: OrderPlaced has not been applied here.
+			// Failing retries it, rather than committing it as applied.
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("order %s paid before it was placed here; retrying", e.OrderID)
+			}
+			return nil
 		}),
 		outboxevents.Handle(d, "mailer", func(ctx context.Context, tx pgx.Tx, e OrderPlaced) error {
 			return sendMail(ctx, tx, e.Customer, fmt.Sprintf("Your order %s", e.OrderID))
@@ -89,7 +97,9 @@ func NewDispatcher(reg *outboxevents.Registry, inbox outbox.InboxStore[pgx.Tx], 
 }
 
 // sendMail stands for a mail provider's API; the sent_mails row commits
-// with the mailer's inbox record.
+// with the mailer's inbox record. A real provider call is outside the
+// transaction: give it the message id (outboxevents.MessageOf) as its
+// idempotency key, so a retry after a crash does not send the mail twice.
 func sendMail(ctx context.Context, tx pgx.Tx, to, subject string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO sent_mails (recipient, subject) VALUES ($1, $2)`, to, subject)
 	return err

@@ -45,6 +45,10 @@ func Start(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Service, error
 	if err == nil {
 		err = outboxamqp.DeclareQueue(ctx, cfg.AMQPURL, outboxamqp.Queue{
 			Name: cfg.Queue, Exchange: cfg.Exchange, Bindings: []string{"orders.placed", "orders.paid"},
+			// One consumer process at a time, the others standing by:
+			// an order's events are applied in order even with
+			// several replicas of the service.
+			SingleActiveConsumer: true,
 		})
 	}
 	var svc *Service

@@ -131,8 +131,17 @@ func (s *Shop) handle() error {
 			return err
 		}),
 		outboxevents.Handle(d, "read-model", func(ctx context.Context, tx *sql.Tx, e OrderPaid) error {
-			_, err := tx.ExecContext(ctx, `UPDATE order_summaries SET status = 'paid' WHERE id = ?`, e.OrderID)
-			return err
+			res, err := tx.ExecContext(ctx, `UPDATE order_summaries SET status = 'paid' WHERE id = ?`, e.OrderID)
+			if err != nil {
+				return err
+			}
+			// No summary yet: OrderPlaced has not been applied (two
+			// consumer processes on one queue do not keep key order).
+			// Failing retries it, rather than committing it as applied.
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return errors.Join(err, fmt.Errorf("order %s paid before it was placed here; retrying", e.OrderID))
+			}
+			return nil
 		}),
 		outboxevents.Handle(d, "mailer", func(ctx context.Context, tx *sql.Tx, e OrderPlaced) error {
 			return sendMail(ctx, tx, e.OrderID, e.Customer, fmt.Sprintf("Your order %s (%s)", e.OrderID, euros(e.TotalCents)))
@@ -200,9 +209,13 @@ func (s *Shop) Run(ctx context.Context, pub outbox.Publisher, consume func(ctx c
 	relayed, consumed := make(chan error, 1), make(chan error, 1)
 	go func() { relayed <- relay.Run(ctx) }()
 	go func() { consumed <- consume(ctx) }()
+	// Takes the retries operators request of a handler's parked share
+	// (`outbox inbox parked retry --consumer mailer ID`).
+	retried := make(chan error, 1)
+	go func() { retried <- s.Dispatcher.RetryParked(ctx, outboxevents.RetryConfig{Logger: s.Logger}) }()
 	err = s.waitApplied(ctx, consumed)
 	stop()
-	return errors.Join(err, <-relayed, <-consumed)
+	return errors.Join(err, <-relayed, <-consumed, <-retried)
 }
 
 // waitApplied waits until each handler has an inbox record of every event

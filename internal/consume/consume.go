@@ -90,6 +90,7 @@ func (cfg Config) keyStore() outbox.KeyParkStore {
 
 // attempt1 runs fn once, told to the observer.
 func attempt1(ctx context.Context, cfg Config, m outbox.Message, fn func(context.Context, outbox.Message) error) error {
+	ctx = outbox.WithConsumerName(ctx, cfg.Consumer)
 	if cfg.Observer == nil {
 		return fn(ctx, m)
 	}

@@ -1,0 +1,20 @@
+package outbox
+
+import "context"
+
+type consumerNameKey struct{}
+
+// WithConsumerName returns ctx carrying the name a consumer adapter keeps its
+// parked messages under (ConsumerConfig.Name, Durable or Group): the adapters
+// give it to their handler, so that one that parks messages of its own in
+// the same table (outboxevents.Dispatcher, under its handlers' names) can
+// refuse a name that would mix them up.
+func WithConsumerName(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, consumerNameKey{}, name)
+}
+
+// ConsumerName returns the name WithConsumerName put in ctx.
+func ConsumerName(ctx context.Context) (string, bool) {
+	name, ok := ctx.Value(consumerNameKey{}).(string)
+	return name, ok
+}
