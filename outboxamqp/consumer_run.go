@@ -47,8 +47,16 @@ func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, lanesCfg c
 		return fmt.Errorf("consume queue %s: %w", cfg.Queue, err)
 	}
 	connected()
-	lanes := consume.Start(ctx, lanesCfg, fn)
+	// Once this channel is gone, what the lanes hold can no longer be
+	// acknowledged (the broker requeues it): stop them rather than wait for
+	// their handlers, or a message waiting for an unavailable destination,
+	// which counts no attempt, would keep the consumer from connecting
+	// again, and every other key with it. Deferred after Close, so it runs
+	// first.
+	lanesCtx, stopLanes := context.WithCancel(ctx)
+	lanes := consume.Start(lanesCtx, lanesCfg, fn)
 	defer lanes.Close()
+	defer stopLanes()
 	for {
 		select {
 		case <-ctx.Done():

@@ -206,7 +206,10 @@ func (h *handling) try(ctx context.Context, fn func(context.Context, outbox.Mess
 		// nothing. The pause the error asks for, if any, comes first.
 		wait := pause/2 + rand.N(pause/2+1)
 		if after, ok := outbox.RetryAfterOf(err); ok {
-			wait = max(wait, after)
+			// At most BackoffMax: Working is told once per wait, and a
+			// longer wait than the broker's ack timeout (NATS AckWait)
+			// would make it deliver the message again meanwhile.
+			wait = max(wait, min(after, h.cfg.BackoffMax))
 		}
 		h.log.Warn("outbox consumer: the handler's destination is unavailable; retrying, counting no attempt", slog.Int("attempt", h.attempt), slog.Duration("retry_in", wait), slog.Any("error", err))
 		h.d.Working()
