@@ -56,8 +56,9 @@ func TestRabbitMQDuplicatesAcrossTwoConsumersApplyOnce(t *testing.T) {
 	p := openAMQP(t, url, outboxamqp.Config{Exchange: d.Exchange})
 	requireAppliedOnce(t, db, publishertest.Messages(d.RoutingKey, duplicateMessages),
 		func(msgs []outbox.Message) { publishAll(t, p, msgs) },
-		func(name string) func() {
-			cfg := outboxamqp.ConsumerConfig{Queue: d.Queue, Name: name, Logger: slog.New(slog.DiscardHandler)}
+		func(string) func() {
+			// Two processes of one consumer: one name, so one inbox.
+			cfg := outboxamqp.ConsumerConfig{Queue: d.Queue, Name: db.consumer, Logger: slog.New(slog.DiscardHandler)}
 			return running(t, func(ctx context.Context) error { return outboxamqp.Consume(ctx, url, cfg, db.handler) })
 		})
 }

@@ -57,12 +57,10 @@ func newConsumerDB(t *testing.T, consumer string, poison uuid.UUID) *consumerDB 
 	if _, err := pool.Exec(t.Context(), `CREATE TABLE `+c.effects+` (message_id uuid NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	inbox, err := outbox.NewInbox(table, consumer)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c.broken.Store(true)
-	c.apply = inbox.Apply(func(ctx context.Context, tx pgx.Tx, m outbox.Message) error {
+	// ApplyOnce: the inbox is named after the adapter's consumer, which
+	// must then be consumer (the tests check the records under it).
+	c.apply = outbox.ApplyOnce(table, func(ctx context.Context, tx pgx.Tx, m outbox.Message) error {
 		if m.ID == c.poison && c.broken.Load() {
 			return errNoSuchCustomer
 		}

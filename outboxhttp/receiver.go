@@ -78,7 +78,7 @@ type HandlerOptions struct {
 	Logger *slog.Logger
 	// Observer, if set, is told of every message handled (outboxotel
 	// continues the message's trace there); Consumer names the consumer
-	// for it.
+	// for it, and for outbox.ApplyOnce, whose inbox it names.
 	Observer outbox.ConsumeObserver
 	Consumer string
 }
@@ -143,6 +143,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	if h.opts.Consumer != "" {
+		ctx = outbox.WithConsumerName(ctx, h.opts.Consumer) // for outbox.ApplyOnce
+	}
 	done := func(error) {}
 	if h.opts.Observer != nil {
 		ctx, done = h.opts.Observer.Consuming(ctx, h.opts.Consumer, m)

@@ -75,3 +75,22 @@ func TestHandlerAnswersByWhatHappened(t *testing.T) {
 		t.Error("NewHandler with a 5-byte secret: no error")
 	}
 }
+
+// HandlerOptions.Consumer reaches the function as the consumer's name
+// (outbox.ConsumerName), which outbox.ApplyOnce names its inbox after.
+func TestHandlerGivesItsFunctionTheConsumersName(t *testing.T) {
+	var consumer string
+	var named bool
+	h, err := outboxhttp.NewHandler(webhooktest.Secret, func(ctx context.Context, _ outbox.Message) error {
+		consumer, named = outbox.ConsumerName(ctx)
+		return nil
+	}, outboxhttp.HandlerOptions{Consumer: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, signedDelivery(t, webhooktest.Secret, uuid.New().String(), `{}`))
+	if w.Code != http.StatusNoContent || !named || consumer != "billing" {
+		t.Fatalf("answer %d, consumer %q (named %v); want 204 and billing", w.Code, consumer, named)
+	}
+}

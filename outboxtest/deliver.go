@@ -17,6 +17,11 @@ const MaxDeliverDefault = 5
 
 // DeliverConfig tunes DeliverWith. The zero value delivers each message once.
 type DeliverConfig struct {
+	// Consumer is the consumer's name the handler finds in its context
+	// (outbox.ConsumerName), as the adapters put their
+	// ConsumerConfig.Name there: outbox.ApplyOnce names its inbox after
+	// it. Default ConsumerDefault.
+	Consumer string
 	// Copies is how many times each message is delivered (default 1). More
 	// than one stands for the broker's redeliveries: after an
 	// acknowledgement that was lost, or to a second consumer of a group.
@@ -36,6 +41,9 @@ type DeliverConfig struct {
 	// MaxUnavailableDefault.
 	MaxUnavailable int
 }
+
+// ConsumerDefault is DeliverConfig.Consumer when empty.
+const ConsumerDefault = "outboxtest"
 
 // MaxUnavailableDefault is DeliverConfig.MaxUnavailable when zero.
 const MaxUnavailableDefault = 100
@@ -82,6 +90,11 @@ func DeliverWith(t testing.TB, handle func(context.Context, outbox.Message) erro
 	if maxDeliver <= 0 {
 		maxDeliver = MaxDeliverDefault
 	}
+	consumer := cfg.Consumer
+	if consumer == "" {
+		consumer = ConsumerDefault
+	}
+	ctx := outbox.WithConsumerName(t.Context(), consumer)
 	maxUnavailable := cfg.MaxUnavailable
 	if maxUnavailable <= 0 {
 		maxUnavailable = MaxUnavailableDefault
@@ -99,12 +112,12 @@ func DeliverWith(t testing.TB, handle func(context.Context, outbox.Message) erro
 		if cfg.Concurrent {
 			var wg sync.WaitGroup
 			for range copies {
-				wg.Go(func() { d.handle(t.Context(), handle, maxDeliver, maxUnavailable) })
+				wg.Go(func() { d.handle(ctx, handle, maxDeliver, maxUnavailable) })
 			}
 			wg.Wait()
 		} else {
 			for range copies {
-				d.handle(t.Context(), handle, maxDeliver, maxUnavailable)
+				d.handle(ctx, handle, maxDeliver, maxUnavailable)
 			}
 		}
 		out[i] = d.Delivery
