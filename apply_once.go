@@ -37,6 +37,7 @@ func ApplyOnce[TTx any](store InboxStore[TTx], fn func(ctx context.Context, tx T
 			}
 			in, _ = inboxes.LoadOrStore(consumer, made)
 		}
-		return in.(*Inbox[TTx]).Apply(fn)(ctx, m)
+		_, err := in.(*Inbox[TTx]).Handle(ctx, m.ID, func(ctx context.Context, tx TTx) error { return fn(ctx, tx, m) })
+		return err
 	}
 }

@@ -19,13 +19,7 @@ import (
 func TestApplyOnceAppliesEachMessageOncePerConsumerNamedByTheAdapter(t *testing.T) {
 	t.Parallel()
 	store := newStore(t, outboxsqlite.Options{})
-	table, err := outboxsqlite.NewInboxTable(store, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := table.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	table := migratedInbox(t, store)
 	applied := map[string]int{}
 	handle := outbox.ApplyOnce(table, func(ctx context.Context, _ *sql.Tx, _ outbox.Message) error {
 		consumer, _ := outbox.ConsumerName(ctx)

@@ -13,13 +13,7 @@ func TestEventsConformance(t *testing.T) {
 	t.Parallel()
 	eventstest.Run(t, func(t *testing.T) eventstest.Harness[*sql.Tx] {
 		store := newStore(t, outboxsqlite.Options{})
-		inbox, err := outboxsqlite.NewInboxTable(store, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := inbox.Migrate(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		inbox := migratedInbox(t, store)
 		if _, err := store.DB().ExecContext(t.Context(), `CREATE TABLE effects (key TEXT NOT NULL)`); err != nil {
 			t.Fatal(err)
 		}

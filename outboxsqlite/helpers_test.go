@@ -275,3 +275,16 @@ func (s *tracingStmt) QueryContext(ctx context.Context, args []driver.NamedValue
 	s.log.add(s.query)
 	return s.inner.(driver.StmtQueryContext).QueryContext(ctx, args)
 }
+
+// migratedInbox returns store's inbox table (the default name), migrated.
+func migratedInbox(t *testing.T, store *outboxsqlite.Store) *outboxsqlite.InboxTable {
+	t.Helper()
+	table, err := outboxsqlite.NewInboxTable(store, "")
+	if err != nil {
+		t.Fatalf("new inbox table: %v", err)
+	}
+	if err := table.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate the inbox table: %v", err)
+	}
+	return table
+}

@@ -18,13 +18,7 @@ func TestInboxParkedTakenMessageRequestedByAnOlderClientIsNotTakenAgain(t *testi
 	t.Parallel()
 	ctx := t.Context()
 	store := newStore(t, outboxsqlite.Options{})
-	tb, err := outboxsqlite.NewInboxTable(store, "")
-	if err != nil {
-		t.Fatalf("new inbox table: %v", err)
-	}
-	if err := tb.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	tb := migratedInbox(t, store)
 	m1, m2 := parkedKeyMessage("order-1"), parkedKeyMessage("order-1")
 	if err := tb.Park(ctx, "billing", m1, 5, "no such customer"); err != nil {
 		t.Fatalf("park %s: %v", m1.ID, err)

@@ -30,13 +30,7 @@ func TestInboxRecordWaitsForEveryOutboxTableItsHandlerWroteTo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table, err := outboxsqlite.NewInboxTable(store, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := table.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	table := migratedInbox(t, store)
 	in, err := outbox.NewInbox(table, "billing")
 	if err != nil {
 		t.Fatal(err)
@@ -97,13 +91,7 @@ func publishOne(t *testing.T, store outboxdriver.Store, id uuid.UUID) {
 func TestInboxRecordOfAnOlderReleaseWaitsForTheStoresTable(t *testing.T) {
 	t.Parallel()
 	store := newStore(t, outboxsqlite.Options{})
-	table, err := outboxsqlite.NewInboxTable(store, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := table.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	table := migratedInbox(t, store)
 	out := &outbox.Message{Topic: "invoices.sent", Payload: []byte("{}")}
 	w := newWriter(t, store)
 	if err := w.Transact(t.Context(), func(ctx context.Context, tx *sql.Tx) error { return w.Write(t.Context(), tx, out) }); err != nil {
