@@ -37,13 +37,19 @@ type DeliverConfig struct {
 	// left neither acknowledged nor parked after that.
 	MaxDeliver int
 	// MaxUnavailable bounds the tries of a copy whose handler keeps
-	// answering unavailable, so that a test of an outage ends. Default
-	// MaxUnavailableDefault.
+	// answering unavailable, so that a test of an outage ends: each waits
+	// for the pause the error asks, at most maxUnavailablePause, so the
+	// default gives up after about 10 s. Default MaxUnavailableDefault.
 	MaxUnavailable int
 }
 
 // ConsumerDefault is DeliverConfig.Consumer when empty.
 const ConsumerDefault = "outboxtest"
+
+// maxUnavailablePause bounds one wait for an unavailable handler: an
+// outboxevents.Dispatcher asks for pauses of up to 5 s, and answers held
+// back, cheaply, until its pause ends.
+const maxUnavailablePause = 100 * time.Millisecond
 
 // MaxUnavailableDefault is DeliverConfig.MaxUnavailable when zero.
 const MaxUnavailableDefault = 100
@@ -159,7 +165,7 @@ func (d *delivery) handle(ctx context.Context, handle func(context.Context, outb
 				return
 			}
 			if pause, ok := outbox.RetryAfterOf(err); ok {
-				sleep(ctx, pause)
+				sleep(ctx, min(pause, maxUnavailablePause))
 			}
 			continue
 		case attempt >= maxDeliver:
