@@ -10,9 +10,16 @@ import (
 // once through an inbox named after the adapter's consumer (its
 // ConsumerConfig.Name, Durable or Group, which the adapters put in the
 // context, see ConsumerName): the name is given once, in the adapter's
-// config, where NewInbox(store, name).Apply(fn) needs it twice and the two
-// must match (the adapter parks failed messages under its name, which `outbox
-// inbox parked` and the inbox records then share).
+// config, where NewInbox(store, name).Apply(fn) needs it twice, kept equal
+// by convention (the adapter parks failed messages under its name, which
+// `outbox inbox parked` and the inbox records then share). The name is then
+// the inbox's identity: the same in every process of the consumer and
+// across releases, or messages are applied again.
+//
+// One ApplyOnce per adapter: two of them called for one message under one
+// adapter share one inbox, and the second skips the message as applied. To
+// apply a message with several handlers, use outboxevents.Dispatcher, or
+// inboxes of distinct names (NewInbox).
 //
 //	outboxamqp.Consume(ctx, url, outboxamqp.ConsumerConfig{Queue: "billing", Name: "billing", Parked: table},
 //		outbox.ApplyOnce(table, apply))
@@ -33,7 +40,9 @@ func ApplyOnce[TTx any](store InboxStore[TTx], fn func(ctx context.Context, tx T
 		if !ok {
 			made, err := NewInbox(store, consumer)
 			if err != nil {
-				return fmt.Errorf("outbox.ApplyOnce: %w", err)
+				// Unavailable: the adapter waits, parking nothing,
+				// until the name is fixed.
+				return Unavailable(fmt.Errorf("outbox.ApplyOnce: %w", err))
 			}
 			in, _ = inboxes.LoadOrStore(consumer, made)
 		}

@@ -13,7 +13,9 @@ func WithConsumerName(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, consumerNameKey{}, name)
 }
 
-// ConsumerName returns the name WithConsumerName put in ctx.
+// ConsumerName returns the name WithConsumerName put in ctx. Inside an
+// outboxevents.Dispatcher's handler it is the adapter's name on a first
+// delivery, and the handler's own name when Dispatcher.RetryParked runs it.
 func ConsumerName(ctx context.Context) (string, bool) {
 	name, ok := ctx.Value(consumerNameKey{}).(string)
 	return name, ok

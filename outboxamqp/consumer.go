@@ -24,7 +24,11 @@ type ConsumerConfig struct {
 	// Queue is the queue to read.
 	Queue string
 	// Name is the consumer's name, for the broker (consumer tag prefix) and
-	// the logs.
+	// the logs. It is also the consumer's identity in its database: Parked keeps
+	// its messages under it, and outbox.ApplyOnce names its inbox after
+	// it. Keep it the same in every process of the consumer (not a
+	// per-process name) and across releases, and different from every
+	// outboxevents handler's name.
 	Name string
 	// Concurrency is how many messages are handled at once. Messages of one
 	// key are handled one at a time, in queue order; different keys

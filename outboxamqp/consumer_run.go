@@ -48,11 +48,12 @@ func consumeOnce(ctx context.Context, url string, cfg ConsumerConfig, lanesCfg c
 	}
 	connected()
 	// Once this channel is gone, what the lanes hold can no longer be
-	// acknowledged (the broker requeues it): stop them rather than wait for
-	// their handlers, or a message waiting for an unavailable destination,
-	// which counts no attempt, would keep the consumer from connecting
-	// again, and every other key with it. Deferred after Close, so it runs
-	// first.
+	// acknowledged (the broker requeues it): cancel their context, which
+	// ends the pauses between attempts and the handlers that heed it, or a
+	// message waiting for an unavailable destination, which counts no
+	// attempt, would keep the consumer from connecting again, and every
+	// other key with it (a handler that ignores its context is still waited
+	// for). Deferred after Close, so it runs first.
 	lanesCtx, stopLanes := context.WithCancel(ctx)
 	lanes := consume.Start(lanesCtx, lanesCfg, fn)
 	defer lanes.Close()

@@ -32,6 +32,11 @@ const HeaderParkReason = "Outbox-Park-Reason"
 type ConsumerConfig struct {
 	// Group is the consumer group: its committed offsets are where a
 	// restarted process goes on. Keep it across releases.
+	// It is also the consumer's identity in its database: Parked keeps
+	// its messages under it, and outbox.ApplyOnce names its inbox after
+	// it. Keep it the same in every process of the consumer (not a
+	// per-process name) and across releases, and different from every
+	// outboxevents handler's name.
 	Group string
 	// Topics are the topics to read.
 	Topics []string

@@ -28,6 +28,11 @@ type ConsumerConfig struct {
 	// Durable names the consumer on the server; the server remembers what
 	// it acknowledged, so a restarted process goes on where the last one
 	// stopped. Keep it across releases.
+	// It is also the consumer's identity in its database: Parked keeps
+	// its messages under it, and outbox.ApplyOnce names its inbox after
+	// it. Keep it the same in every process of the consumer (not a
+	// per-process name) and across releases, and different from every
+	// outboxevents handler's name.
 	Durable string
 	// FilterSubject reads only the subjects it matches. Default: all.
 	FilterSubject string
@@ -53,7 +58,8 @@ type ConsumerConfig struct {
 	// concurrently. Default ConcurrencyDefault.
 	Concurrency int
 	// BackoffBase and BackoffMax bound the pause between two attempts of a
-	// failing message (doubling, jittered). Defaults 100ms and 5s.
+	// failing message (doubling, jittered). Defaults 100ms and 5s, or half
+	// of AckWait if less; BackoffMax must be under AckWait.
 	BackoffBase, BackoffMax time.Duration
 	// Logger receives parked messages and failures. Default slog.Default().
 	Logger *slog.Logger
@@ -99,7 +105,13 @@ func (c ConsumerConfig) withDefaults() (ConsumerConfig, error) {
 		c.BackoffBase = 100 * time.Millisecond
 	}
 	if c.BackoffMax <= 0 {
-		c.BackoffMax = 5 * time.Second
+		c.BackoffMax = min(5*time.Second, c.AckWait/2)
+	}
+	if c.BackoffMax >= c.AckWait {
+		// The server is told a message is still worked on once per pause:
+		// a longer pause than AckWait makes it deliver the message again.
+		return c, &outbox.ConfigError{Field: "outboxnats.ConsumerConfig.BackoffMax", Value: fmt.Sprintf("%v (AckWait %v)", c.BackoffMax, c.AckWait),
+			Fix: "keep BackoffMax under AckWait, e.g. at most half of it"}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,5 +225,16 @@ func TestAMessageThatKeepsFailingIsParkedAfterMaxDeliverAttempts(t *testing.T) {
 	defer mu.Unlock()
 	if attempts[batch[0].ID] != 3 {
 		t.Fatalf("the failing message was tried %d times, want MaxDeliver = 3", attempts[batch[0].ID])
+	}
+}
+
+// A pause between attempts as long as AckWait would make the server deliver
+// the message again meanwhile: such a BackoffMax is refused, naming both.
+func TestConsumeRefusesABackoffMaxNotUnderAckWait(t *testing.T) {
+	err := outboxnats.Consume(t.Context(), nil, outboxnats.ConsumerConfig{Stream: "ORDERS", Durable: "billing", AckWait: time.Second, BackoffMax: 2 * time.Second},
+		func(context.Context, outbox.Message) error { return nil })
+	var cfgErr *outbox.ConfigError
+	if !errors.As(err, &cfgErr) || cfgErr.Field != "outboxnats.ConsumerConfig.BackoffMax" || !strings.Contains(err.Error(), "AckWait 1s") {
+		t.Fatalf("Consume with BackoffMax 2s and AckWait 1s: %v; want a *outbox.ConfigError naming BackoffMax and AckWait", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/go-outbox/outbox"
@@ -47,5 +48,11 @@ func TestApplyOnceAppliesEachMessageOncePerConsumerNamedByTheAdapter(t *testing.
 	var cfgErr *outbox.ConfigError
 	if err := handle(t.Context(), m); !errors.As(err, &cfgErr) {
 		t.Fatalf("ApplyOnce's handler called with no consumer name: %v; want a *outbox.ConfigError", err)
+	}
+	// A name the inbox refuses: unavailable, so the adapter waits and
+	// parks nothing until it is fixed.
+	long := outbox.WithConsumerName(t.Context(), strings.Repeat("x", outbox.MaxConsumerLength+1))
+	if err := handle(long, m); !outbox.IsUnavailable(err) || !errors.As(err, &cfgErr) {
+		t.Fatalf("ApplyOnce under a consumer name over MaxConsumerLength: %v; want an unavailable *outbox.ConfigError", err)
 	}
 }

@@ -79,8 +79,8 @@ type Delivery struct {
 // new one, as the Writer would give it, since an inbox needs one.
 //
 // Unlike the adapters, it retries at once, without a backoff, so that tests
-// stay fast (an unavailable handler's retry waits only for the pause its
-// error asks, see DeliverConfig.MaxDeliver). The handler is typically an outbox.Inbox's Apply.
+// stay fast (an unavailable handler's retry waits for the pause its error
+// asks, at most 100 ms, see DeliverConfig.MaxUnavailable). The handler is typically an outbox.Inbox's Apply.
 func Deliver(t testing.TB, handle func(context.Context, outbox.Message) error, msgs ...outbox.Message) []Delivery {
 	t.Helper()
 	return DeliverWith(t, handle, DeliverConfig{}, msgs...)

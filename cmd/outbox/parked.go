@@ -203,6 +203,9 @@ func consumerOf(ctx context.Context, t inboxTable, consumer string, ids []uuid.U
 	}
 	for _, id := range ids {
 		p, err := t.GetParked(ctx, "", id)
+		if errors.Is(err, outbox.ErrNotFound) {
+			return "", fmt.Errorf("%w; check the id with `outbox inbox parked list`", err)
+		}
 		if err != nil {
 			return "", fmt.Errorf("%w (name the consumer with --consumer)", err)
 		}
