@@ -69,6 +69,11 @@ type ConsumerConfig struct {
 	// for requested retries and hands them to fn again. Parked messages
 	// are kept under Name.
 	Parked outbox.ParkStore
+	// Readiness, if set, tells whether Consume consumes: nil while it is
+	// connected and reading the queue, else why not (connecting, the
+	// connection lost, the queue missing or refused, stopped). Serve its
+	// Ready as the consumer's readiness check. One per Consume call.
+	Readiness *Readiness
 	// SkipParkedInKeyOrder applies the later messages of a key that has a
 	// message in Parked as they come. By default (false) they are parked
 	// too, as waiting behind it, and applied in order once it is retried
@@ -145,6 +150,9 @@ func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx co
 		// queue and never stops the dispatch below that window.
 		MaxHeld: cfg.Prefetch,
 	}
+	ready := cfg.Readiness.state()
+	ready.Start("outboxamqp", cfg.Name, fmt.Errorf("connecting to %s", broker))
+	defer ready.Stop(nil)
 	stopRetrying := consume.StartRetrying(ctx, lanes, fn)
 	defer stopRetrying()
 	reconnect := backoff.NewJittered(cfg.BackoffBase, cfg.BackoffMax)
@@ -153,10 +161,12 @@ func Consume(ctx context.Context, url string, cfg ConsumerConfig, fn func(ctx co
 		err := consumeOnce(ctx, url, cfg, lanes, log, fn, func() {
 			reconnect.Reset()
 			failures.back()
+			ready.Consuming()
 		})
 		if ctx.Err() != nil {
 			return nil
 		}
+		ready.Failed(notConsuming(cfg.Queue, err))
 		failures.failed(err, reconnect.Next())
 		if !reconnect.Sleep(ctx, nil) {
 			return nil

@@ -133,6 +133,15 @@ func (f *failureLog) failed(err error, retryIn time.Duration) {
 	}
 }
 
+// notConsuming is why a consumer whose consumeOnce failed with err is not
+// ready: the operator's fix, or that it is connecting again.
+func notConsuming(queue string, err error) error {
+	if kind, fix := operatorFix(queue, err); kind != "" {
+		return fmt.Errorf("%s: %w", fix, err)
+	}
+	return fmt.Errorf("lost its connection, connecting again: %w", err)
+}
+
 // operatorFix returns the kind of a failure only an operator fixes and the
 // fix, or "" for a failure that passes by itself.
 func operatorFix(queue string, err error) (kind, fix string) {
