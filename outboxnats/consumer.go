@@ -74,6 +74,12 @@ type ConsumerConfig struct {
 	// the store for requested retries and hands them to fn again. Parked
 	// messages are kept under Durable.
 	Parked outbox.ParkStore
+	// Readiness, if set, tells whether Consume consumes: nil while it is
+	// connected and reading the durable consumer, else why not (creating
+	// it, the connection lost, the stream missing, JetStream disabled,
+	// stopped). Serve its Ready as the consumer's readiness check. One per
+	// Consume call.
+	Readiness *Readiness
 	// SkipParkedInKeyOrder applies the later messages of a key that has a
 	// message in Parked as they come. By default (false) they are parked
 	// too, as waiting behind it, and applied in order once it is retried
@@ -184,9 +190,12 @@ func Consume(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, fn
 	defer stopRetrying()
 	defer cancel() // before the lanes close, so that they do not wait for handlers
 	r := newReader(js, cfg)
+	r.ready.Start("outboxnats", cfg.Durable, fmt.Errorf("creating durable consumer %s on stream %s", cfg.Durable, cfg.Stream))
 	stopWatching := r.watchConnection()
 	defer stopWatching()
-	return r.run(ctx, lanes)
+	err = r.run(ctx, lanes)
+	r.ready.Stop(err)
+	return err
 }
 
 // delivery is a JetStream message for the consumer lanes.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,6 +28,11 @@ type reader struct {
 	// fixes; it is renewed when consuming resumes, so that the next
 	// failure is logged at once.
 	operatorLog loglimit.Limiter
+	// ready is told what the logs tell; reading is true while consume
+	// reads, so that a connection back makes the consumer ready only if
+	// its read survived the outage.
+	ready   *consume.Readiness
+	reading atomic.Bool
 }
 
 func newReader(js jetstream.JetStream, cfg ConsumerConfig) *reader {
@@ -35,6 +41,7 @@ func newReader(js jetstream.JetStream, cfg ConsumerConfig) *reader {
 		js:          js,
 		log:         cfg.Logger.With(slog.String("consumer", cfg.Durable), slog.String("stream", cfg.Stream)),
 		operatorLog: loglimit.Limiter{Interval: ConfigErrorLogInterval},
+		ready:       cfg.Readiness.state(),
 	}
 }
 
@@ -49,18 +56,24 @@ func (r *reader) run(ctx context.Context, lanes *consume.Lanes) error {
 	for {
 		err := r.consume(ctx, lanes, func() {
 			wait.Reset()
+			r.reading.Store(true)
+			if nc := r.js.Conn(); nc == nil || nc.IsConnected() {
+				r.ready.Consuming()
+			}
 			if failing {
 				failing = false
 				r.operatorLog = loglimit.Limiter{Interval: ConfigErrorLogInterval}
 				r.log.Info("outboxnats: consumer is back: consuming again")
 			}
 		})
+		r.reading.Store(false)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err := r.fatal(err); err != nil {
 			return err
 		}
+		r.ready.Failed(r.notConsuming(err))
 		failing = true
 		r.logFailure(err, wait.Next())
 		if !wait.Sleep(ctx, nil) {
@@ -115,6 +128,20 @@ func (r *reader) logFailure(err error, retryIn time.Duration) {
 		return
 	}
 	r.log.Debug("outboxnats: consumer still cannot read (logged at ERROR level at most once per ConfigErrorLogInterval)", retry, slog.Any("error", err))
+}
+
+// notConsuming is why the consumer is not ready after its read stopped with
+// err: what an operator must fix, or what it does meanwhile.
+func (r *reader) notConsuming(err error) error {
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("stream %s not found; create it, consuming resumes once it exists: %w", r.cfg.Stream, err)
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		return fmt.Errorf("JetStream is not enabled on the server or for this account; enable it: %w", err)
+	case errors.Is(err, errConsumerGone), errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
+		return fmt.Errorf("durable consumer %s was deleted on the server; creating it again: %w", r.cfg.Durable, err)
+	}
+	return fmt.Errorf("read stopped; starting it again: %w", err)
 }
 
 // consume creates the consumer and reads it until the read breaks or ctx
@@ -186,9 +213,13 @@ func (r *reader) watchConnection() (stop func()) {
 			switch {
 			case status == nats.CONNECTED && lost:
 				lost = false
+				if r.reading.Load() {
+					r.ready.Consuming()
+				}
 				r.log.Info("outboxnats: consumer's connection is back: consuming again", slog.String("server", nc.ConnectedUrlRedacted()))
 			case status != nats.CONNECTED && !lost:
 				lost = true
+				r.ready.Failed(fmt.Errorf("lost its connection to the server; nats.go reconnects (last error: %v)", nc.LastError()))
 				r.log.Warn("outboxnats: consumer lost its connection; nats.go reconnects (the server delivers again what was not acknowledged)",
 					slog.Any("error", nc.LastError()))
 			}
