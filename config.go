@@ -18,6 +18,10 @@ const (
 	BackoffMaxDefault = 10 * time.Minute
 	// BatchSizeDefault is how many messages a worker claims at once.
 	BatchSizeDefault = 100
+	// HeartbeatIntervalDefault is how often a relay refreshes its row in
+	// the store's relay registry (outboxdriver.RelayRegistry); a row not
+	// refreshed for three intervals counts as a relay that is gone.
+	HeartbeatIntervalDefault = 10 * time.Second
 	// LeaseDurationDefault is how long a claimed batch stays leased. A relay
 	// that dies holding a lease delays those messages by at most this much.
 	LeaseDurationDefault = 30 * time.Second
@@ -58,6 +62,10 @@ type Config struct {
 	// wake-up (PostgreSQL LISTEN), e.g. behind a connection pooler in
 	// transaction mode that breaks LISTEN. The relay then polls.
 	DisableListen bool
+	// HeartbeatInterval is how often the relay refreshes its row in the
+	// store's relay registry, which `outbox status` and the console list
+	// as live relays; see HeartbeatIntervalDefault.
+	HeartbeatInterval time.Duration
 	// LeaseDuration is how long a claimed batch is reserved for its worker.
 	// Publishing is cancelled before the lease ends, so a slow broker cannot
 	// make two relays publish the same message at once.
@@ -106,6 +114,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"Config.BackoffBase", c.BackoffBase < 0, c.BackoffBase, "use a positive duration, or 0 for the default " + BackoffBaseDefault.String()},
 		{"Config.BackoffMax", c.BackoffMax < 0, c.BackoffMax, "use a positive duration, or 0 for the default " + BackoffMaxDefault.String()},
 		{"Config.BatchSize", c.BatchSize < 0 || c.BatchSize > 10000, c.BatchSize, fmt.Sprintf("use 1 to 10000, or 0 for the default %d", BatchSizeDefault)},
+		{"Config.HeartbeatInterval", c.HeartbeatInterval < 0 || (c.HeartbeatInterval > 0 && c.HeartbeatInterval < 10*time.Millisecond), c.HeartbeatInterval, "use at least 10ms, or 0 for the default " + HeartbeatIntervalDefault.String()},
 		{"Config.LeaseDuration", c.LeaseDuration < 0 || (c.LeaseDuration > 0 && c.LeaseDuration < 100*time.Millisecond), c.LeaseDuration, "use at least 100ms (longer than a publish takes), or 0 for the default " + LeaseDurationDefault.String()},
 		{"Config.MaxAttempts", c.MaxAttempts < 0, c.MaxAttempts, fmt.Sprintf("use a positive count, or 0 for the default %d", MaxAttemptsDefault)},
 		{"Config.PollInterval", c.PollInterval < 0, c.PollInterval, "use a positive duration, or 0 for the default " + PollIntervalDefault.String()},
@@ -122,6 +131,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.BackoffBase, BackoffBaseDefault)
 	setDefault(&c.BackoffMax, BackoffMaxDefault)
 	setDefault(&c.BatchSize, BatchSizeDefault)
+	setDefault(&c.HeartbeatInterval, HeartbeatIntervalDefault)
 	setDefault(&c.LeaseDuration, LeaseDurationDefault)
 	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
 	setDefault(&c.PollInterval, PollIntervalDefault)

@@ -42,6 +42,9 @@ type Relay struct {
 	storeOK atomic.Int64
 	// running is set while Run runs, for Ready.
 	running atomic.Bool
+	// lastWork is when the relay last claimed and published, for its
+	// registry row.
+	lastWork lastWork
 
 	mu       sync.Mutex
 	started  bool
@@ -122,6 +125,17 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	var background sync.WaitGroup
 	background.Go(func() { r.dispatch(loopCtx) })
+	if reg, ok := r.store.(outboxdriver.RelayRegistry); ok {
+		id, registered := uuid.New(), new(atomic.Bool)
+		background.Go(func() { r.register(loopCtx, reg, id, registered) })
+		// Deferred so that it runs after background.Wait: no beat can
+		// write the row again after it is removed.
+		defer func() {
+			if registered.Load() {
+				r.unregister(reg, id)
+			}
+		}()
+	}
 	if r.cfg.Retention > 0 {
 		background.Go(func() { r.cleanPublished(loopCtx) })
 	}
@@ -279,6 +293,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			}
 			continue
 		}
+		r.lastWork.claimed.Store(time.Now().UnixNano())
 		if len(batch) == claim.Limit {
 			r.gate.open() // there may be more: let idle workers help
 		}
@@ -291,6 +306,9 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		settleBy = claimed.Add(r.cfg.LeaseDuration)
 		settle, unavailable = r.publish(ctx, claim.Token, batch, claimed, outage.Next())
 		r.busy.Add(-1)
+		if len(settle.Published) > 0 {
+			r.lastWork.published.Store(time.Now().UnixNano())
+		}
 		if unavailable {
 			// The destination is down: wait before the next claim, which
 			// would meet it again. Record this batch's outcomes first: the

@@ -132,6 +132,7 @@ type names struct {
 	qSchema string // quoted schema
 	qTable  string // quoted schema.table
 	qMigr   string // quoted schema.table_migrations
+	qRelays string // quoted schema.table_relays, the relay registry
 
 	channel string // NOTIFY channel, unquoted (pg_notify takes it as text)
 
@@ -160,6 +161,7 @@ func (o Options) resolve() (names, error) {
 		qSchema: sqlident.Quote(schema),
 		qTable:  sqlident.Quote(schema) + "." + sqlident.Quote(table),
 		qMigr:   sqlident.Quote(schema) + "." + sqlident.Quote(table+"_migrations"),
+		qRelays: sqlident.Quote(schema) + "." + sqlident.Quote(table+"_relays"),
 		channel: channelName(schema, table),
 	}
 	n.purgeLockKey = lockKey("outboxpg purge " + schema + "." + table)

@@ -82,9 +82,10 @@ type Options struct {
 // settings are validated options with every default applied, and the names
 // derived from them. Nothing else is ever put into SQL text.
 type settings struct {
-	table  string // validated, unquoted
-	qTable string // quoted table
-	qMigr  string // quoted <table>_migrations
+	table   string // validated, unquoted
+	qTable  string // quoted table
+	qMigr   string // quoted <table>_migrations
+	qRelays string // quoted <table>_relays, the relay registry
 
 	busyTimeout     time.Duration
 	createIfMissing bool
@@ -111,6 +112,7 @@ func (o Options) resolve() (settings, error) {
 		table:           table,
 		qTable:          sqlident.Quote(table),
 		qMigr:           sqlident.Quote(table + "_migrations"),
+		qRelays:         sqlident.Quote(table + "_relays"),
 		busyTimeout:     o.BusyTimeout,
 		createIfMissing: o.CreateIfMissing,
 		orderByKey:      o.OrderByKey,

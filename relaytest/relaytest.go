@@ -124,6 +124,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		t.Parallel()
 		testPollOnly(t, newHarness(t))
 	})
+	t.Run("ARelayRegistersItselfRefreshesItsRowAndRemovesItWhenItStops", func(t *testing.T) {
+		t.Parallel()
+		testRelayRegistersItself(t, newHarness(t))
+	})
 	t.Run("IdleRelaySendsAtMostOneQueryPerPollInterval", func(t *testing.T) {
 		t.Parallel()
 		testIdle(t, newHarness(t))
