@@ -77,6 +77,12 @@ type ConsumerConfig struct {
 	// the store for requested retries and hands them to fn again. Parked
 	// messages are kept under Group.
 	Parked outbox.ParkStore
+	// Readiness, if set, tells whether Consume consumes: nil while the
+	// cluster answers its checks and every topic is there, else why not
+	// (the first check under way, a topic missing or refused, the cluster
+	// not answering, a fetch or the group session failing, stopped). Serve
+	// its Ready as the consumer's readiness check. One per Consume call.
+	Readiness *Readiness
 	// SkipParkedInKeyOrder applies the later messages of a key that has a
 	// message in Parked as they come. By default (false) they are parked
 	// too, as waiting behind it, and applied in order once it is retried
@@ -193,6 +199,8 @@ func Consume(ctx context.Context, seeds []string, cfg ConsumerConfig, fn func(ct
 		return fmt.Errorf("outboxkafka: consumer group %s: %w", cfg.Group, err)
 	}
 	defer client.Close()
+	h.ready.Start("outboxkafka", cfg.Group, errors.New("joining: the first check of the cluster is under way"))
+	defer h.ready.Stop(nil)
 	ps.client = client
 	h.client = client
 	checking := make(chan struct{})

@@ -1,6 +1,7 @@
 package outboxkafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/go-outbox/outbox/internal/consume"
 	"github.com/go-outbox/outbox/internal/loglimit"
 )
 
@@ -47,12 +49,17 @@ type health struct {
 	operator     *loglimit.Limiter
 	unreachable  int             // checks in a row no broker answered
 	warned       map[string]bool // WARN lines logged during this failure
+
+	// ready is told what the logs tell: not ready from a failure on, ready
+	// again where "back" would be logged (and from the first check that
+	// finds nothing wrong).
+	ready *consume.Readiness
 }
 
 func newHealth(cfg ConsumerConfig, seeds []string) *health {
 	return &health{deadTo: cfg.DeadLetterTopic, interval: cfg.CheckInterval, log: cfg.Logger.With(slog.String("consumer", cfg.Group)),
 		seeds: seeds, topics: cfg.Topics, missing: map[string]bool{},
-		operator: &loglimit.Limiter{Interval: ConfigErrorLogInterval}, warned: map[string]bool{}}
+		operator: &loglimit.Limiter{Interval: ConfigErrorLogInterval}, warned: map[string]bool{}, ready: cfg.Readiness.state()}
 }
 
 // OnBrokerConnect keeps the last failed connection, to say why a check got
@@ -111,6 +118,7 @@ func (h *health) check(ctx context.Context) {
 		}
 	}
 	wrong, refresh := false, false
+	var why error // the first topic's failure, for the readiness
 	for _, topic := range topics {
 		err, ok := found[topic]
 		if !ok {
@@ -133,8 +141,10 @@ func (h *health) check(ctx context.Context) {
 		}
 		if kind, fix := h.operatorFix(topic, err); kind != "" {
 			h.operatorFailed(kind, fix, err, slog.String("kafka_topic", topic))
+			why = cmp.Or(why, fmt.Errorf("%s: %w", fix, err))
 		} else {
 			h.transient("metadata\x00"+topic, "outboxkafka: consumer cannot see a topic's partitions yet; waiting for the cluster", err, slog.String("kafka_topic", topic))
+			why = cmp.Or(why, fmt.Errorf("cannot see the partitions of Kafka topic %q yet: %w", topic, err))
 		}
 	}
 	if refresh {
@@ -147,7 +157,11 @@ func (h *health) check(ctx context.Context) {
 	h.checkFailing = wrong
 	quiet := time.Since(h.fetchErrAt) >= h.interval
 	h.mu.Unlock()
+	if wrong {
+		h.ready.Failed(why)
+	}
 	if !wrong && quiet {
+		h.ready.Consuming()
 		h.back()
 	}
 }
@@ -165,9 +179,11 @@ func (h *health) unanswered(timeout time.Duration, err error) {
 		attrs = append(attrs, slog.Any("last_dial_error", dialErr))
 	}
 	if kind, fix := h.operatorFix("", err); kind != "" {
+		h.ready.Failed(fmt.Errorf("%s: %w", fix, err))
 		h.operatorFailed(kind, fix, err, attrs...)
 		return
 	}
+	h.ready.Failed(fmt.Errorf("no Kafka broker answered the last check (seeds %v, %d check(s) in a row): %w", h.seeds, n, err))
 	if n >= unreachableChecks {
 		h.operatorFailed("unreachable", fmt.Sprintf("no Kafka broker answered %d checks in a row, %v apart (seeds %v); check the seed addresses, the network and the brokers, consuming resumes once one answers",
 			n, h.interval, h.seeds), err, attrs...)
@@ -188,8 +204,14 @@ func (h *health) fetchFailed(topic string, partition int32, err error) {
 	h.mu.Unlock()
 	attrs := []slog.Attr{slog.String("kafka_topic", topic), slog.Int("partition", int(partition))}
 	if kind, fix := h.operatorFix(topic, err); kind != "" {
+		h.ready.Failed(fmt.Errorf("%s: %w", fix, err))
 		h.operatorFailed(kind, fix, err, attrs...)
 		return
+	}
+	if topic == "" {
+		h.ready.Failed(fmt.Errorf("the group session failed; franz-go rejoins: %w", err))
+	} else {
+		h.ready.Failed(fmt.Errorf("fetching Kafka topic %q partition %d failed; franz-go reconnects: %w", topic, partition, err))
 	}
 	h.transient("fetch\x00"+topic+"\x00"+strconv.Itoa(int(partition)),
 		"outboxkafka: consumer fetch failed; franz-go reconnects and rejoins the group by itself (records not committed come again, the inbox skips them)", err, attrs...)
@@ -199,8 +221,11 @@ func (h *health) fetchFailed(topic string, partition int32, err error) {
 // still finds something wrong.
 func (h *health) consumed() {
 	h.mu.Lock()
-	back := h.failing && !h.checkFailing
+	back, fine := h.failing && !h.checkFailing, !h.checkFailing
 	h.mu.Unlock()
+	if fine {
+		h.ready.Consuming()
+	}
 	if back {
 		h.back()
 	}
