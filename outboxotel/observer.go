@@ -298,7 +298,7 @@ func (o *Observer) WatchTable(store outboxdriver.Admin, table string) (metric.Re
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("outboxotel: create gauges: %w", err)
 	}
-	stats := &cachedStats{store: store, ttl: o.cfg.StatsCacheFor, timeout: o.cfg.StatsTimeout}
+	stats := newCache(o, "the table's stats", store.Stats)
 	attrs := metric.WithAttributes(attribute.String("table", table))
 	return o.meter.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
 		st, ok, err := stats.get(ctx)
@@ -316,77 +316,6 @@ func (o *Observer) WatchTable(store outboxdriver.Admin, table string) (metric.Re
 		obs.ObserveInt64(behind, st.BehindDead, attrs)
 		return nil
 	}, pending, oldest, dead, behind)
-}
-
-// cachedStats reads a table's Stats at most once per ttl and one read at a
-// time: collections share the read in flight and wait for it until its
-// deadline at most, so that a slow or hanging database (or a driver that
-// ignores the deadline) holds one query, not one per scrape, and scrapes
-// return in time with the last values.
-type cachedStats struct {
-	store   outboxdriver.Admin
-	ttl     time.Duration
-	timeout time.Duration
-
-	mu       sync.Mutex
-	at       time.Time // of the last successful read; zero before the first
-	deadline time.Time // of the read in flight
-	err      error     // of the last read that ended; nil if it succeeded
-	last     outboxdriver.Stats
-	reading  chan struct{} // closed when the read in flight ends; nil if none
-}
-
-// get returns the last values read, whether there are any, and why they
-// may be stale: the error of the last read, or that the one in flight is
-// late.
-func (c *cachedStats) get(ctx context.Context) (st outboxdriver.Stats, ok bool, err error) {
-	c.mu.Lock()
-	if !c.at.IsZero() && time.Since(c.at) < c.ttl {
-		defer c.mu.Unlock()
-		return c.last, true, nil
-	}
-	if c.reading == nil {
-		c.reading, c.deadline = make(chan struct{}), time.Now().Add(c.timeout)
-		go c.read(c.reading, c.deadline)
-	}
-	reading, deadline := c.reading, c.deadline
-	c.mu.Unlock()
-
-	late := time.NewTimer(time.Until(deadline))
-	defer late.Stop()
-	select {
-	case <-reading:
-	case <-late.C:
-	case <-ctx.Done():
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case <-reading:
-		err = c.err
-	default:
-		if err = ctx.Err(); err == nil {
-			err = fmt.Errorf("outboxotel: reading the table's stats takes over %s (StatsTimeout)", c.timeout)
-		}
-	}
-	return c.last, !c.at.IsZero(), err
-}
-
-// read reads Stats for get, under its own deadline rather than one scrape's
-// context, since every scrape waiting meanwhile shares the result.
-func (c *cachedStats) read(done chan struct{}, deadline time.Time) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	st, err := c.store.Stats(ctx)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil {
-		c.err = fmt.Errorf("outboxotel: read the table's stats: %w", err)
-	} else {
-		c.at, c.last, c.err = time.Now(), st, nil
-	}
-	c.reading = nil
-	close(done)
 }
 
 // w3c is the propagator of message headers: W3C trace context and baggage,

@@ -31,13 +31,23 @@ type sdk struct {
 
 func newSDK(t *testing.T) sdk {
 	t.Helper()
+	return newSDKCachingFor(t, time.Hour)
+}
+
+// newSDKCachingFor is newSDK with StatsCacheFor set to cacheFor (0: the
+// least, so every collection reads again).
+func newSDKCachingFor(t *testing.T, cacheFor time.Duration) sdk {
+	t.Helper()
+	if cacheFor == 0 {
+		cacheFor = time.Nanosecond
+	}
 	reader := sdkmetric.NewManualReader()
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	obs, err := outboxotel.NewObserver(outboxotel.Config{
 		MeterProvider:  sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		TracerProvider: tp,
-		StatsCacheFor:  time.Hour,
+		StatsCacheFor:  cacheFor,
 	})
 	if err != nil {
 		t.Fatal(err)
