@@ -115,6 +115,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 	f.BoolVar(&watchWAL, "watch-wal", false, "PostgreSQL: wake up when the table's inserts reach the write-ahead log (a temporary logical replication slot; needs wal_level=logical and a role with REPLICATION), instead of polling; writers need no NOTIFY")
 	f.BoolVar(&orderByKey, "order-by-key", false, "publish the messages of each key one at a time in the order they were written; a failing message holds back only its key, and a dead one holds the rest of its key until it is retried or discarded (give it to every relay of the table)")
 	f.BoolVar(&skipDead, "skip-dead-in-key-order", false, "with --order-by-key, let a key go on past a dead message instead of waiting until it is retried or discarded (a later retry then sends it after the key's later messages)")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", outbox.HeartbeatIntervalDefault, "how often the relay refreshes its row in the table's relay registry (`outbox status` shows a relay not seen for three as gone)")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: none)")
 	return cmd
@@ -126,6 +127,7 @@ var relayFlags = map[string]string{
 	"Config.BackoffBase":        "--backoff-base",
 	"Config.BackoffMax":         "--backoff-max",
 	"Config.BatchSize":          "--batch-size",
+	"Config.HeartbeatInterval":  "--heartbeat-interval",
 	"Config.LeaseDuration":      "--lease",
 	"Config.MaxAttempts":        "--max-attempts",
 	"Config.PollInterval":       "--poll-interval",

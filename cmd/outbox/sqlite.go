@@ -111,6 +111,7 @@ var (
 	_ outboxdriver.Admin         = (*sqliteDB)(nil)
 	_ outboxdriver.WriteListener = (*sqliteDB)(nil)
 	_ outboxdriver.SchemaChecker = (*sqliteDB)(nil)
+	_ outboxdriver.RelayRegistry = (*sqliteDB)(nil)
 	_ migrator                   = (*sqliteDB)(nil)
 )
 
@@ -233,6 +234,30 @@ func (d *sqliteDB) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 		return outboxdriver.Stats{}, err
 	}
 	return s.Stats(ctx)
+}
+
+func (d *sqliteDB) BeatRelay(ctx context.Context, beat outboxdriver.RelayBeat) error {
+	s, err := d.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.BeatRelay(ctx, beat)
+}
+
+func (d *sqliteDB) RemoveRelay(ctx context.Context, id uuid.UUID) error {
+	s, err := d.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.RemoveRelay(ctx, id)
+}
+
+func (d *sqliteDB) Relays(ctx context.Context) ([]outboxdriver.RelayRow, time.Time, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return s.Relays(ctx)
 }
 
 func (d *sqliteDB) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
