@@ -1,4 +1,14 @@
-package outboxotel
+// Package outboxprom serves the outbox's metrics to Prometheus, with the
+// health and readiness checks a deployment probes, in one call:
+//
+//	ready := &outboxamqp.Readiness{} // set as outboxamqp.ConsumerConfig.Readiness
+//	srv, err := outboxprom.Serve(ctx, "127.0.0.1:9464", outboxprom.Config{
+//		Consumers: map[string]outboxotel.Readier{"billing": ready}, Inbox: table})
+//	inbox.Observe(srv.Observer()) // and ConsumerConfig.Observer, outbox.Config.Observer
+//
+// It is a package apart from outboxotel so that an application exporting
+// with OTLP builds without the Prometheus client.
+package outboxprom
 
 import (
 	"cmp"
@@ -20,27 +30,28 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxotel"
 )
 
-// ServeConfig configures Serve. The zero value serves the metrics of the
+// Config configures Serve. The zero value serves the metrics of the
 // Observer it makes and a /readyz with no check.
-type ServeConfig struct {
+type Config struct {
 	// Consumers are the consumer adapters to watch, by consumer name:
 	// each Readiness (outboxamqp.Readiness, outboxnats.Readiness,
 	// outboxkafka.Readiness, set in the adapter's ConsumerConfig) is a
 	// check of /readyz named after its consumer, and the gauge
-	// outbox_consumer_ready (WatchConsumer).
-	Consumers map[string]Readier
+	// outbox_consumer_ready (outboxotel.Observer.WatchConsumer).
+	Consumers map[string]outboxotel.Readier
 	// Inbox, if set, is the consumers' inbox table, whose parked messages
-	// are exported by consumer (WatchInbox): the consumers above, and every
-	// consumer found with parked messages.
-	Inbox ParkedCounter
+	// are exported by consumer (outboxotel.Observer.WatchInbox): those of
+	// the consumers above, and of every consumer found with some.
+	Inbox outboxotel.ParkedCounter
 	// Logger receives the server's failures. Default slog.Default().
 	Logger *slog.Logger
 	// Observer configures the Observer whose metrics are served. Leave its
 	// MeterProvider nil: Serve makes the provider /metrics exports (use
 	// Server.MeterProvider for the application's own instruments).
-	Observer Config
+	Observer outboxotel.Config
 	// Ready are more checks of /readyz, by name (a relay's: "relay":
 	// relay.Ready); Server.AddReady adds one later.
 	Ready map[string]func() error
@@ -57,7 +68,7 @@ type ServeConfig struct {
 type Server struct {
 	listener net.Listener
 	log      *slog.Logger
-	observer *Observer
+	observer *outboxotel.Observer
 	provider *sdkmetric.MeterProvider
 	registry *prometheus.Registry
 
@@ -72,13 +83,8 @@ type Server struct {
 // serves /metrics, /healthz and /readyz until ctx ends or Close. Give
 // Server.Observer to the relays (outbox.Config.Observer), inboxes
 // (Inbox.Observe) and consumer adapters (ConsumerConfig.Observer) whose
-// metrics it serves:
-//
-//	ready := &outboxamqp.Readiness{} // in outboxamqp.ConsumerConfig.Readiness
-//	srv, err := outboxotel.Serve(ctx, "127.0.0.1:9464", outboxotel.ServeConfig{
-//		Consumers: map[string]outboxotel.Readier{"billing": ready}, Inbox: table})
-//	inbox.Observe(srv.Observer())
-func Serve(ctx context.Context, addr string, cfg ServeConfig) (*Server, error) {
+// metrics it serves.
+func Serve(ctx context.Context, addr string, cfg Config) (*Server, error) {
 	s, err := Listen(addr, cfg)
 	if err != nil {
 		return nil, err
@@ -91,20 +97,20 @@ func Serve(ctx context.Context, addr string, cfg ServeConfig) (*Server, error) {
 // but answers nothing until Start. A program that must fail early on a
 // taken port, before it builds what the checks watch (the relay, which
 // needs the Observer), uses it.
-func Listen(addr string, cfg ServeConfig) (*Server, error) {
+func Listen(addr string, cfg Config) (*Server, error) {
 	if cfg.Observer.MeterProvider != nil {
-		return nil, &outbox.ConfigError{Field: "outboxotel.ServeConfig.Observer.MeterProvider", Value: "set",
+		return nil, &outbox.ConfigError{Field: "outboxprom.Config.Observer.MeterProvider", Value: "set",
 			Fix: "leave it nil: Serve makes the provider whose metrics it serves; use Server.MeterProvider for your own instruments"}
 	}
 	registry := cmp.Or(cfg.Registry, prometheus.NewRegistry())
 	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
 	if err != nil {
-		return nil, fmt.Errorf("outboxotel: prometheus exporter: %w", err)
+		return nil, fmt.Errorf("outboxprom: prometheus exporter: %w", err)
 	}
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	obsCfg := cfg.Observer
 	obsCfg.MeterProvider = provider
-	obs, err := NewObserver(obsCfg)
+	obs, err := outboxotel.NewObserver(obsCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +133,7 @@ func Listen(addr string, cfg ServeConfig) (*Server, error) {
 		s.checks[name] = check
 	}
 	if s.listener, err = net.Listen("tcp", addr); err != nil {
-		return nil, fmt.Errorf("outboxotel: serve metrics on %s: %w (pick a free port, e.g. 127.0.0.1:9464)", addr, err)
+		return nil, fmt.Errorf("outboxprom: serve metrics on %s: %w (pick a free port, e.g. 127.0.0.1:9464)", addr, err)
 	}
 	return s, nil
 }
@@ -148,7 +154,7 @@ func (s *Server) Start(ctx context.Context) {
 	s.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := s.server.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("outboxotel: the metrics server stopped", slog.Any("error", err))
+			s.log.Error("outboxprom: the metrics server stopped", slog.Any("error", err))
 		}
 	}()
 	context.AfterFunc(ctx, func() { _ = s.Close() })
@@ -202,7 +208,7 @@ func (s *Server) MeterProvider() metric.MeterProvider { return s.provider }
 // Observer is the Observer whose metrics the server serves: give it to the
 // relays, inboxes and consumer adapters, and watch tables and relays with
 // it (WatchTable, WatchRelay).
-func (s *Server) Observer() *Observer { return s.observer }
+func (s *Server) Observer() *outboxotel.Observer { return s.observer }
 
 // Close stops serving, letting requests under way end (2 s at most), or
 // releases the port if the server never started. It is idempotent.

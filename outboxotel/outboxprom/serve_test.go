@@ -1,4 +1,4 @@
-package outboxotel_test
+package outboxprom_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/consume"
 	"github.com/go-outbox/outbox/outboxotel"
+	"github.com/go-outbox/outbox/outboxotel/outboxprom"
 )
 
 // memInbox is an inbox table in memory: processed ids and parked messages,
@@ -78,6 +79,15 @@ func (t *memInbox) ParkedCounts(context.Context) (map[string]int64, error) {
 	return counts, nil
 }
 
+// ready is a readiness check the test sets.
+type ready struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (r *ready) set(err error) { r.mu.Lock(); r.err = err; r.mu.Unlock() }
+func (r *ready) Ready() error  { r.mu.Lock(); defer r.mu.Unlock(); return r.err }
+
 // delivery is a broker's delivery of one message.
 type delivery struct{ m outbox.Message }
 
@@ -88,7 +98,7 @@ func (d delivery) Park(context.Context, int, error) error { return nil }
 func (d delivery) Working()                               {}
 
 // get fetches path from the server and returns its status and body.
-func get(t *testing.T, srv *outboxotel.Server, path string) (int, string) {
+func get(t *testing.T, srv *outboxprom.Server, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get("http://" + srv.Addr().String() + path)
 	if err != nil {
@@ -104,7 +114,7 @@ func get(t *testing.T, srv *outboxotel.Server, path string) (int, string) {
 
 // waitGet polls path until ok holds for its answer, failing the test after
 // 10s with the last answer.
-func waitGet(t *testing.T, srv *outboxotel.Server, path, what string, ok func(code int, body string) bool) string {
+func waitGet(t *testing.T, srv *outboxprom.Server, path, what string, ok func(code int, body string) bool) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -131,7 +141,7 @@ func TestServeShowsAConsumersParkedMessagesHandledCountAndReadiness(t *testing.T
 	table := newMemInbox()
 	ready := &consume.Readiness{}
 	ready.Start("outboxtest", "billing", errors.New("connecting to the broker"))
-	srv, err := outboxotel.Serve(ctx, "127.0.0.1:0", outboxotel.ServeConfig{
+	srv, err := outboxprom.Serve(ctx, "127.0.0.1:0", outboxprom.Config{
 		Consumers: map[string]outboxotel.Readier{"billing": ready},
 		Inbox:     table,
 		Observer:  outboxotel.Config{StatsCacheFor: time.Nanosecond},
@@ -201,7 +211,7 @@ func TestServeRunsAReadinessCheckAddedAfterItStarted(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	srv, err := outboxotel.Serve(ctx, "127.0.0.1:0", outboxotel.ServeConfig{})
+	srv, err := outboxprom.Serve(ctx, "127.0.0.1:0", outboxprom.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +248,7 @@ func requireDocumentedConsumerMetricsExist(t *testing.T, scrape string) {
 	t.Helper()
 	name := regexp.MustCompile(`outbox_(inbox|consumer)_[a-z_]+`)
 	eventOnly := map[string]bool{"outbox_inbox_duplicates_total": true}
-	for _, doc := range []string{"../docs/observability/outbox-dashboard.json", "../docs/observability/outbox-alerts.yml"} {
+	for _, doc := range []string{"../../docs/observability/outbox-dashboard.json", "../../docs/observability/outbox-alerts.yml"} {
 		text, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
