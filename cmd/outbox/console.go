@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/base64"
 	"encoding/hex"
@@ -52,7 +51,9 @@ func newConsoleCommand(g *globalFlags) *cobra.Command {
 	var (
 		addr           string
 		allowHosts     []string
+		authValues     []string
 		inboxTableName string
+		readOnly       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "console",
@@ -73,15 +74,29 @@ so another site cannot make a browser retry or discard messages. "Every match" a
 matches the page counted, not on messages that died since.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := g.openReady(cmd.Context(), storeMode{})
+			// Flags first, then the address, then the database: a console
+			// that would be open to all is refused before it listens.
+			auth, err := parseConsoleAuth(authValues)
 			if err != nil {
 				return err
 			}
-			defer b.close()
-			ln, err := net.Listen("tcp", addr)
+			tcpAddr, err := net.ResolveTCPAddr("tcp", addr)
+			if err != nil {
+				return usagef("--addr %s: %v (give HOST:PORT, e.g. 127.0.0.1:8080)", addr, err)
+			}
+			if err := refuseExposed(tcpAddr, auth); err != nil {
+				return usagef("--addr %s: %v", addr, err)
+			}
+			ln, err := net.ListenTCP("tcp", tcpAddr)
 			if err != nil {
 				return fmt.Errorf("--addr %s: %w (pick a free port)", addr, err)
 			}
+			b, err := g.openReady(cmd.Context(), storeMode{})
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			defer b.close()
 			if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 				allowHosts = append(allowHosts, host)
 			}
@@ -97,8 +112,10 @@ matches the page counted, not on messages that died since.`,
 				ln.Close()
 				return err
 			}
+			c.auth, c.readOnly = auth, readOnly
 			srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second}
-			g.logger.Info("outbox console: serving", slog.String("url", "http://"+ln.Addr().String()+"/"), slog.String("table", b.store.Name()))
+			g.logger.Info("outbox console: serving", slog.String("url", "http://"+ln.Addr().String()+"/"), slog.String("table", b.store.Name()),
+				slog.String("auth", c.authKinds()), slog.Bool("read_only", readOnly))
 			done := make(chan error, 1)
 			go func() { done <- srv.Serve(ln) }()
 			select {
@@ -114,21 +131,26 @@ matches the page counted, not on messages that died since.`,
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve the console on")
 	cmd.Flags().StringVar(&inboxTableName, "inbox-table", outboxpg.InboxTableDefault, "the consumers' inbox table beside the outbox table, for the Inbox page (\"\" for none)")
 	cmd.Flags().StringArrayVar(&allowHosts, "allow-host", nil, "also answer requests addressed to this host name (repeatable), e.g. the name of your proxy; IP addresses and localhost always work")
+	cmd.Flags().StringArrayVar(&authValues, "auth", nil, "ask for credentials: basic:HTPASSWD-FILE (users and bcrypt hashes, htpasswd -B; for browsers), bearer:TOKEN-FILE (one token; for scripts), both (repeat the flag), or none; required unless --addr is a loopback address")
+	cmd.Flags().BoolVar(&readOnly, "read-only", false, "show the tables but refuse every retry and discard (403)")
 	return cmd
 }
 
 // console serves the pages of one outbox table.
 type console struct {
-	admin outboxdriver.Admin
-	inbox inboxTable // nil without --inbox-table
-	table string
-	log   *slog.Logger
-	csrf  string          // the token every form carries, new for each process
-	hosts map[string]bool // host names it answers besides localhost and IP addresses
+	admin    outboxdriver.Admin
+	auth     *consoleAuth    // nil: anyone who reaches it (loopback, or --auth none)
+	csrf     string          // the token every form carries, new for each process
+	hosts    map[string]bool // host names it answers besides localhost and IP addresses
+	inbox    inboxTable      // nil without --inbox-table
+	log      *slog.Logger
+	readOnly bool // --read-only: every change is refused
+	table    string
 }
 
 // newConsole returns the console of a table; it answers requests addressed
-// to IP addresses, localhost and the names in hosts.
+// to IP addresses, localhost and the names in hosts. It asks for no
+// credentials and allows changes until its auth and readOnly are set.
 func newConsole(admin outboxdriver.Admin, inbox inboxTable, table string, log *slog.Logger, hosts []string) (*console, error) {
 	var token [32]byte
 	if _, err := rand.Read(token[:]); err != nil {
@@ -146,11 +168,13 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET /{$}", c.overview)
 	mux.HandleFunc("GET /dead", c.deadList)
 	mux.HandleFunc("GET /dead/{id}", c.message)
-	mux.HandleFunc("POST /dead/{id}/{action}", c.checked(c.actOnOne))
-	mux.HandleFunc("POST /dead/{action}", c.checked(c.actOnMatches))
+	mux.HandleFunc("POST /dead/{id}/retry", c.change("retry", c.actOnOne))
+	mux.HandleFunc("POST /dead/{id}/discard", c.change("discard", c.actOnOne))
+	mux.HandleFunc("POST /dead/retry-matching", c.change("retry-matching", c.actOnMatches))
+	mux.HandleFunc("POST /dead/discard-matching", c.change("discard-matching", c.actOnMatches))
 	mux.HandleFunc("GET /inbox", c.inboxPage)
 	mux.HandleFunc("GET /inbox/parked", c.parkedPage)
-	mux.HandleFunc("POST /inbox/parked/retry", c.checked(c.retryParked))
+	mux.HandleFunc("POST /inbox/parked/retry", c.change("retry-parked", c.retryParked))
 	// The form token stops forms posted from other sites; this stops them
 	// earlier, by what the browser says of the form's origin, in case a
 	// token ever leaks.
@@ -158,7 +182,7 @@ func (c *console) handler() http.Handler {
 	sameOrigin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "refused: this form was sent from another site's page (by its Origin or Sec-Fetch-Site header); use the console's own page", http.StatusForbidden)
 	}))
-	return c.servedHosts(sameOrigin.Handler(mux))
+	return c.servedHosts(c.authenticated(sameOrigin.Handler(mux)))
 }
 
 // servedHosts refuses requests addressed to a host name the console does not
@@ -190,10 +214,11 @@ func hostName(hostPort string) string {
 // page is what every template gets.
 type page struct {
 	Title, Table, Flash, CSRF string
+	ReadOnly                  bool // hides the forms that change messages
 }
 
 func (c *console) page(r *http.Request, title string) page {
-	return page{Title: title, Table: c.table, Flash: flash(r.URL.Query()), CSRF: c.csrf}
+	return page{Title: title, Table: c.table, Flash: flash(r.URL.Query()), CSRF: c.csrf, ReadOnly: c.readOnly}
 }
 
 // consoleVerbs are the changes a form can ask for, and how a page announces
@@ -380,29 +405,19 @@ func showPayload(p []byte) (kind, text string) {
 	}
 }
 
-// checked refuses a POST whose form does not carry the page's token.
-func (c *console) checked(next http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.csrf)) != 1 {
-			http.Error(w, "missing or wrong form token: reload the console page and try again", http.StatusForbidden)
-			return
-		}
-		next(w, r)
-	}
-}
-
-func (c *console) actOnOne(w http.ResponseWriter, r *http.Request) {
+func (c *console) actOnOne(w http.ResponseWriter, r *http.Request, line *auditLine) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
 		http.Error(w, "not a message id", http.StatusBadRequest)
 		return
 	}
-	c.act(w, r, r.PathValue("action"), []uuid.UUID{id}, -1, "/dead")
+	line.ids([]uuid.UUID{id})
+	c.act(w, r, line, []uuid.UUID{id}, -1, "/dead")
 }
 
-func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request) {
-	action, _ := strings.CutSuffix(r.PathValue("action"), "-matching")
+func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request, line *auditLine) {
 	f := filterOf(r.PostForm)
+	line.add(slog.String("topic", f.topic), slog.String("q", f.query))
 	seen, err := seenIDs(r.PostForm.Get("seen"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -421,14 +436,16 @@ func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request) {
 			ids = append(ids, m.ID)
 		}
 	}
-	c.act(w, r, action, ids, len(seen), "/dead?"+url.Values{"topic": {f.topic}, "q": {f.query}}.Encode())
+	line.add(slog.Int("shown", len(seen)), slog.Int("messages", len(ids)))
+	c.act(w, r, line, ids, len(seen), "/dead?"+url.Values{"topic": {f.topic}, "q": {f.query}}.Encode())
 }
 
-// act retries or discards ids, in batches (a retry that keeps key order
-// in one call), and sends the browser back to
-// back with what it did; shown is how many messages the page had shown, or
-// -1 when the user chose one.
-func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids []uuid.UUID, shown int, back string) {
+// act retries or discards ids, as line.action says, in batches (a retry
+// that keeps key order in one call), and sends the browser back to back
+// with what it did; shown is how many messages the page had shown, or -1
+// when the user chose one.
+func (c *console) act(w http.ResponseWriter, r *http.Request, line *auditLine, ids []uuid.UUID, shown int, back string) {
+	action, _ := strings.CutSuffix(line.action, "-matching")
 	var call func(context.Context, ...uuid.UUID) (int, error)
 	switch action {
 	case "retry":
@@ -440,6 +457,7 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids
 		return
 	}
 	done, left := 0, ids
+	defer func() { line.changed = done }()
 	if action == "retry" && len(ids) > 0 {
 		// The console has no --force: a retry that would break a key's
 		// order is the CLI's, where the count is spelt out. A store that
@@ -471,7 +489,6 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, action string, ids
 			return
 		}
 	}
-	c.log.Info("outbox console: dead letters "+consoleVerbs[action], slog.Int("messages", done), slog.String("table", c.table))
 	result := url.Values{"done": {action}, "n": {strconv.Itoa(done)}}
 	if shown >= 0 {
 		result.Set("of", strconv.Itoa(shown))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -106,12 +107,14 @@ func (c *console) parkedPage(w http.ResponseWriter, r *http.Request) {
 // retryParked asks the running consumer to handle parked messages again:
 // those the form names (one row's Retry, or every row the page showed), and
 // never one parked after the page was read.
-func (c *console) retryParked(w http.ResponseWriter, r *http.Request) {
+func (c *console) retryParked(w http.ResponseWriter, r *http.Request, line *auditLine) {
 	if c.inbox == nil {
 		http.Error(w, "no inbox table: start the console with --inbox-table", http.StatusNotFound)
 		return
 	}
+	line.table = c.inbox.ParkedName()
 	consumer := r.PostFormValue("consumer")
+	line.add(slog.String("consumer", consumer))
 	if consumer == "" {
 		http.Error(w, "name the consumer", http.StatusBadRequest)
 		return
@@ -125,6 +128,7 @@ func (c *console) retryParked(w http.ResponseWriter, r *http.Request) {
 		}
 		ids = append(ids, id)
 	}
+	line.ids(ids)
 	if len(ids) == 0 {
 		http.Error(w, "name the parked messages to retry", http.StatusBadRequest)
 		return
@@ -138,6 +142,6 @@ func (c *console) retryParked(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, err)
 		return
 	}
-	c.log.Info("outbox console: parked messages to retry", "consumer", consumer, "messages", n)
+	line.changed = n
 	http.Redirect(w, r, "/inbox/parked?"+url.Values{"consumer": {consumer}, "done": {"retry-parked"}, "n": {strconv.Itoa(n)}}.Encode(), http.StatusSeeOther)
 }

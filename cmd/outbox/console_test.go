@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -431,4 +432,150 @@ func TestConsoleAnnouncesOnlyItsOwnResults(t *testing.T) {
 			t.Errorf("?%s: the page repeats text of the query string", query)
 		}
 	}
+}
+
+// postForm posts form to url as the user (basic auth; "" for none) and
+// returns the status and body, without following a redirect.
+func postForm(t *testing.T, url, user string, form url.Values) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if user != "" {
+		req.SetBasicAuth(user, testPassword)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// A read-only console refuses every change to dead letters with 403 and a
+// sentence saying why, changes nothing in the table, writes an audit line
+// for each refusal, and its pages say read-only and offer no change.
+func TestConsoleReadOnlyRefusesEveryDeadLetterChangeAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
+	mustCLI(t, "migrate", "up", "--database-url", pgtest.URL(t), "--schema", schema)
+	store, err := outboxpg.New(pool, outboxpg.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := deadLetter(t, store, "{}", "timeout after 5s"), deadLetter(t, store, "{}", "timeout after 5s")
+	log, lines := captureLog(t)
+	c, err := newConsole(store, nil, store.Name(), log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.readOnly = true
+	srv := httptest.NewServer(c.handler())
+	t.Cleanup(srv.Close)
+
+	for _, page := range []string{"/", "/dead", "/dead?q=timeout", "/dead/" + a.String()} {
+		body := get(t, srv.URL+page)
+		if !strings.Contains(body, "read-only") || strings.Contains(body, `method="post"`) {
+			t.Errorf("page %s of a read-only console: want it to say read-only and hold no form that changes anything:\n%s", page, body)
+		}
+	}
+	seen := seenField([]outbox.Message{{ID: a}, {ID: b}})
+	for _, post := range []struct {
+		path string
+		form url.Values
+	}{
+		{"/dead/" + a.String() + "/retry", url.Values{}},
+		{"/dead/" + a.String() + "/discard", url.Values{}},
+		{"/dead/retry-matching", url.Values{"q": {"timeout"}, "seen": {seen}}},
+		{"/dead/discard-matching", url.Values{"q": {"timeout"}, "seen": {seen}}},
+	} {
+		post.form.Set("csrf", c.csrf)
+		code, body := postForm(t, srv.URL+post.path, "", post.form)
+		if code != http.StatusForbidden || !strings.Contains(body, "the console runs read-only") {
+			t.Errorf("POST %s to a read-only console: %d %q; want 403 saying the console runs read-only", post.path, code, body)
+		}
+	}
+	for _, id := range []uuid.UUID{a, b} {
+		if m, err := store.Get(context.Background(), id); err != nil || m.Status != outbox.StatusDead {
+			t.Errorf("message %s after refused changes: %+v, %v; want it dead as before", id, m, err)
+		}
+	}
+	audit := lines.records(t, "outbox console: audit")
+	if len(audit) != 4 {
+		t.Fatalf("%d audit lines for 4 refused changes; want 4", len(audit))
+	}
+	for _, r := range audit {
+		if r["outcome"] != "refused" || r["user"] != "anonymous" || !strings.Contains(r["error"].(string), "read-only") {
+			t.Errorf("audit line %v; want outcome refused, user anonymous and the read-only reason", r)
+		}
+	}
+}
+
+// Every change is one audit line at INFO: who (the basic-auth user and the
+// remote address), what (action, table, the ids, or the filter and how
+// many) and the outcome.
+func TestConsoleAuditsEachDeadLetterChangeWithWhoWhatAndOutcome(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
+	mustCLI(t, "migrate", "up", "--database-url", pgtest.URL(t), "--schema", schema)
+	store, err := outboxpg.New(pool, outboxpg.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	retried := deadLetter(t, store, "{}", "refused: 422")
+	timeouts := []uuid.UUID{deadLetter(t, store, "{}", "timeout after 5s"), deadLetter(t, store, "{}", "timeout after 5s")}
+	auth, err := parseConsoleAuth([]string{"basic:" + writeFile(t, "htpasswd", htpasswdLine(t, "alice", testPassword))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, lines := captureLog(t)
+	c, err := newConsole(store, nil, store.Name(), log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.auth = auth
+	srv := httptest.NewServer(c.handler())
+	t.Cleanup(srv.Close)
+
+	if code, body := postForm(t, srv.URL+"/dead/"+retried.String()+"/retry", "alice", url.Values{"csrf": {c.csrf}}); code != http.StatusSeeOther {
+		t.Fatalf("retry %s: %d %q; want 303", retried, code, body)
+	}
+	seen := seenField([]outbox.Message{{ID: timeouts[0]}, {ID: timeouts[1]}})
+	if code, body := postForm(t, srv.URL+"/dead/discard-matching", "alice", url.Values{"csrf": {c.csrf}, "q": {"timeout"}, "seen": {seen}}); code != http.StatusSeeOther {
+		t.Fatalf("discard matching: %d %q; want 303", code, body)
+	}
+	if m, err := store.Get(t.Context(), retried); err != nil || m.Status != outbox.StatusPending {
+		t.Fatalf("message %s after Retry: %+v, %v; want pending", retried, m, err)
+	}
+
+	audit := lines.records(t, "outbox console: audit")
+	if len(audit) != 2 {
+		t.Fatalf("%d audit lines for two changes; want 2", len(audit))
+	}
+	for i, want := range []map[string]any{
+		{"action": "retry", "ids": []any{retried.String()}, "changed": 1.0},
+		{"action": "discard-matching", "q": "timeout", "topic": "", "messages": 2.0, "changed": 2.0},
+	} {
+		r := audit[i]
+		if r["level"] != "INFO" || r["audit"] != true || r["user"] != "alice" || !strings.HasPrefix(r["remote"].(string), "127.0.0.1:") ||
+			r["table"] != store.Name() || r["outcome"] != "done" {
+			t.Errorf("audit line %d: %v; want INFO, audit=true, user alice, the remote address, table %s, outcome done", i, r, store.Name())
+		}
+		for k, v := range want {
+			if got, _ := json.Marshal(r[k]); string(got) != string(must(json.Marshal(v))) {
+				t.Errorf("audit line %d: %s = %s; want %s", i, k, got, must(json.Marshal(v)))
+			}
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
