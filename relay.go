@@ -429,7 +429,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 	}
 	pubCtx, cancel := context.WithDeadline(ctx, deadline)
 	pubCtx, observed := r.cfg.Observer.Publishing(pubCtx, r.store.Name(), batch)
-	results := r.publishBatch(pubCtx, batch)
+	results := r.publishUnexpired(pubCtx, batch)
 	cancel()
 	if len(results) != len(batch) {
 		err := fmt.Errorf("publisher returned %d results for %d messages", len(results), len(batch))

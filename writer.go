@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -36,6 +38,10 @@ type WriterConfig struct {
 	// of the caller's map (nil if it had none), so adding to it leaves a map
 	// the caller shares between messages alone.
 	BeforeWrite func(ctx context.Context, m *Message)
+	// ExpireAfter gives topics a default expiry: a message of such a topic
+	// written without ExpiresAt (or an Outbox-Expires-At header) expires
+	// this long after Write, by the writer's clock. Nil: no defaults.
+	ExpireAfter map[string]time.Duration
 	// MaxHeaderValueBytes rejects a message with a longer header value, in
 	// bytes. 0 means MaxHeaderValueBytesDefault (8 KiB). Brokers and HTTP
 	// servers limit headers far below payloads: raise it only as far as
@@ -81,6 +87,7 @@ type Writer[TTx any] struct {
 	limits      messageLimits
 	wake        *wakeTopic
 	beforeWrite func(ctx context.Context, m *Message)
+	expireAfter map[string]time.Duration
 }
 
 // NewWriter returns a Writer that stores messages through inserter.
@@ -92,7 +99,16 @@ func NewWriter[TTx any](inserter Inserter[TTx], cfg WriterConfig) (*Writer[TTx],
 	if err != nil {
 		return nil, err
 	}
-	return &Writer[TTx]{inserter: inserter, limits: limits, wake: wakeTopicFor(inserter.Name()), beforeWrite: cfg.BeforeWrite}, nil
+	for _, topic := range slices.Sorted(maps.Keys(cfg.ExpireAfter)) {
+		if d := cfg.ExpireAfter[topic]; d <= 0 {
+			return nil, &ConfigError{Field: fmt.Sprintf("WriterConfig.ExpireAfter[%q]", topic), Value: d,
+				Fix: "use a positive duration, or leave the topic out for messages that never expire"}
+		}
+	}
+	return &Writer[TTx]{
+		inserter: inserter, limits: limits, wake: wakeTopicFor(inserter.Name()), beforeWrite: cfg.BeforeWrite,
+		expireAfter: maps.Clone(cfg.ExpireAfter),
+	}, nil
 }
 
 // Write validates msgs, fills in missing IDs (UUIDv7), and inserts them in tx
@@ -112,6 +128,7 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 	if len(msgs) == 0 {
 		return nil
 	}
+	now := time.Now()
 	for i, m := range msgs {
 		if m == nil {
 			return fmt.Errorf("outbox: message %d of %d is nil", i, len(msgs))
@@ -122,6 +139,9 @@ func (w *Writer[TTx]) Write(ctx context.Context, tx TTx, msgs ...*Message) error
 			// adds (a trace context, say) belongs to this message only.
 			m.Headers = maps.Clone(m.Headers)
 			w.beforeWrite(ctx, m)
+		}
+		if err := stampExpiry(m, w.expireAfter, now); err != nil {
+			return err
 		}
 		if err := validateMessage(m, w.limits); err != nil {
 			return err

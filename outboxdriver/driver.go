@@ -80,6 +80,14 @@ type Message struct {
 	// AvailableAt is the earliest time the relay may publish the message. When
 	// writing, zero means now; a later time schedules the message.
 	AvailableAt time.Time
+	// ExpiresAt, when writing, is the time after which the message must not
+	// be published: a relay that claims it later dead-letters it as
+	// expired instead (outbox.ErrExpired). Zero means never, unless the
+	// Writer has a default for the topic (WriterConfig.ExpireAfter). The
+	// writer stores it in the Outbox-Expires-At header
+	// (outbox.HeaderExpiresAt), which travels to consumers too; messages
+	// read back from a store carry it there, not in this field.
+	ExpiresAt time.Time
 	// Attempts counts failed publish attempts so far.
 	Attempts int
 	// LastError is the error of the last failed attempt.

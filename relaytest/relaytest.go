@@ -124,6 +124,19 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		t.Parallel()
 		testPollOnly(t, newHarness(t))
 	})
+	t.Run("ExpiredMessagesAreDeadLetteredUnsentAndTheRestOfTheirKeyIsPublished", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		testExpiredMessagesAreNotPublished(t, h, h.Store, false)
+	})
+	t.Run("InKeyOrderAnExpiredMessageHoldsTheRestOfItsKey", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		if h.KeyOrdered == nil {
+			t.Skip("the harness sets no KeyOrdered store")
+		}
+		testExpiredMessagesAreNotPublished(t, h, h.KeyOrdered, true)
+	})
 	t.Run("ARelayRegistersItselfRefreshesItsRowAndRemovesItWhenItStops", func(t *testing.T) {
 		t.Parallel()
 		testRelayRegistersItself(t, newHarness(t))
