@@ -65,13 +65,30 @@ and, with --inbox-table, the consumers of the inbox table: their records, the du
 skipped, those kept for pending outgoing messages and the messages they parked, which it lists and
 hands back to the running consumer.
 
-It has no login: it listens on 127.0.0.1 by default; to reach it from elsewhere, put it behind
-your authenticating proxy. It answers only requests addressed to an IP address, localhost, the
-host of --addr or a name given with --allow-host (say, the name your proxy forwards), so that a
-site whose name its owner points at 127.0.0.1 (DNS rebinding) cannot read it. Every change is a
-POST carrying a token of the page and sent from the console's own page (Origin, Sec-Fetch-Site),
-so another site cannot make a browser retry or discard messages. "Every match" acts only on the
-matches the page counted, not on messages that died since.`,
+It listens on 127.0.0.1 by default, where it asks for no login. To serve it on another address,
+give --auth, or it refuses to start:
+  --auth basic:FILE    users and passwords, for browsers: FILE holds user:bcrypt-hash lines
+                       (htpasswd -B -c FILE alice); a browser asks for them once
+  --auth bearer:FILE   one token, for scripts and proxies: FILE holds it (openssl rand -hex 32 > FILE),
+                       sent as Authorization: Bearer TOKEN
+  --auth none          no login, accepting the risk: only behind a proxy that authenticates
+Give --auth twice for both basic and bearer. The files are read at start; a wrong password or
+token is answered 401 and logged at WARN with the remote address (once a minute per address).
+The console speaks plain HTTP: beyond loopback, reach it through a TLS proxy or an SSH tunnel, or
+passwords and tokens cross the network in clear.
+
+--read-only shows everything and changes nothing: retry and discard are refused (403) and their
+buttons are not shown. Every change asked, done or refused, is logged at INFO as one line
+"outbox console: audit" (audit=true) naming the user (or "bearer", or "anonymous" without
+--auth), the remote address, the action, the table, the ids or the filter and how many, and the
+outcome.
+
+It answers only requests addressed to an IP address, localhost, the host of --addr or a name
+given with --allow-host (say, the name your proxy forwards), so that a site whose name its owner
+points at 127.0.0.1 (DNS rebinding) cannot read it. Every change is a POST carrying a token of
+the page and sent from the console's own page (Origin, Sec-Fetch-Site), so another site cannot
+make a browser retry or discard messages. "Every match" acts only on the matches the page
+counted, not on messages that died since.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Flags first, then the address, then the database: a console
@@ -86,6 +103,9 @@ matches the page counted, not on messages that died since.`,
 			}
 			if err := refuseExposed(tcpAddr, auth); err != nil {
 				return usagef("--addr %s: %v", addr, err)
+			}
+			if warning := exposedWarning(tcpAddr, auth); warning != "" {
+				g.logger.Warn("outbox console: "+warning, slog.String("addr", addr))
 			}
 			ln, err := net.ListenTCP("tcp", tcpAddr)
 			if err != nil {
@@ -113,7 +133,9 @@ matches the page counted, not on messages that died since.`,
 				return err
 			}
 			c.auth, c.readOnly = auth, readOnly
-			srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second}
+			// Beyond loopback, a client that opens connections and sends
+			// nothing must not keep them.
+			srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 			g.logger.Info("outbox console: serving", slog.String("url", "http://"+ln.Addr().String()+"/"), slog.String("table", b.store.Name()),
 				slog.String("auth", c.authKinds()), slog.Bool("read_only", readOnly))
 			done := make(chan error, 1)

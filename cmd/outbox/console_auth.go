@@ -77,8 +77,8 @@ func parseConsoleAuth(values []string) (*consoleAuth, error) {
 	}
 	kinds := map[string]string{}
 	for _, v := range values {
-		kind, file, _ := strings.Cut(v, ":")
-		if kind != "none" && (kind != "bearer" && kind != "basic" || file == "") {
+		kind, file, withFile := strings.Cut(v, ":")
+		if !(kind == "none" && !withFile || (kind == "bearer" || kind == "basic") && file != "") {
 			return nil, usagef("--auth %s: unknown kind of authentication; %s", v, consoleAuthKinds)
 		}
 		if first, ok := kinds[kind]; ok {
@@ -308,4 +308,17 @@ func (c *console) authKinds() string {
 		return "none"
 	}
 	return strings.Join(kinds, "+")
+}
+
+// exposedWarning is what to warn of when the console listens on addr
+// beyond loopback, as auth allows it to ("" on loopback).
+func exposedWarning(addr *net.TCPAddr, auth *consoleAuth) string {
+	switch {
+	case addr.IP != nil && addr.IP.IsLoopback():
+		return ""
+	case auth == nil || auth.users == nil && auth.token == nil:
+		return "the console listens beyond loopback with no login (--auth none): let only a proxy that authenticates reach its port"
+	default:
+		return "the console listens beyond loopback over plain HTTP: passwords and tokens cross the network in clear; reach it through a TLS proxy or an SSH tunnel"
+	}
 }

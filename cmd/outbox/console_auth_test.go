@@ -105,6 +105,7 @@ func TestConsoleRefusesABadAuthFlagNamingTheValueAndTheFix(t *testing.T) {
 	}{
 		{"an unknown kind", "", []string{"kerberos:" + missing}, []string{"bearer:FILE", "basic:FILE", "none"}},
 		{"a kind without its file", "", []string{"bearer"}, []string{"bearer:FILE"}},
+		{"none with a file", "", []string{"none:" + missing}, []string{"bearer:FILE", "none"}},
 		{"none beside another kind", "", []string{"none", "bearer:" + writeFile(t, "token", testToken)}, []string{"none", "alone"}},
 		{"two token files", "", []string{"bearer:" + writeFile(t, "t1", testToken), "bearer:" + writeFile(t, "t2", testToken)}, []string{"once"}},
 		{"an unreadable token file", "", []string{"bearer:" + missing}, []string{"cannot read", "a file that holds the token"}},
@@ -177,6 +178,23 @@ func TestConsoleRefusesToListenBeyondLoopbackWithoutAuth(t *testing.T) {
 		err := refuseExposed(&net.TCPAddr{IP: net.ParseIP(tc.ip), Port: 8080}, tc.auth)
 		if (err != nil) != tc.refused {
 			t.Errorf("listening on %q with auth %v: %v; want refused %v", tc.ip, tc.auth != nil, err, tc.refused)
+		}
+	}
+	// Allowed beyond loopback, it still warns: of no login at all, or of
+	// credentials sent in clear over plain HTTP.
+	for _, tc := range []struct {
+		ip   string
+		auth *consoleAuth
+		want string
+	}{
+		{"127.0.0.1", nil, ""},
+		{"127.0.0.1", bearer, ""},
+		{"0.0.0.0", none, "no login"},
+		{"192.0.2.10", bearer, "in clear"},
+	} {
+		got := exposedWarning(&net.TCPAddr{IP: net.ParseIP(tc.ip), Port: 8080}, tc.auth)
+		if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+			t.Errorf("warning for %s with auth %v: %q; want one saying %q", tc.ip, tc.auth != nil, got, tc.want)
 		}
 	}
 }
