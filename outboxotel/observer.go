@@ -8,9 +8,13 @@
 //	obs.WatchRelay(relay, store.Name()) // relay ready
 //	writer, _ := outbox.NewWriter(store, outbox.WriterConfig{BeforeWrite: outboxotel.InjectTraceContext})
 //	inbox.Observe(obs)                  // a consumer's applied and duplicate counts
+//	obs.WatchInbox(table, "billing")    // a consumer's parked and waiting messages
+//	obs.WatchConsumer(ready, "billing") // consumer ready (an adapter's Readiness)
 //
 // It uses only the OpenTelemetry API: pick the SDK and exporters in your
-// application (`outbox relay --metrics-addr` serves Prometheus).
+// application, or serve Prometheus with its package outboxprom (Serve:
+// /metrics, /healthz and /readyz for an Observer it makes, as `outbox relay
+// --metrics-addr` does).
 //
 // # Metrics
 //
@@ -29,13 +33,16 @@
 //	outbox_relay_ready{table}                  1 while Relay.Ready is nil (WatchRelay)
 //	outbox_inbox_handled_total{consumer}       messages an inbox applied
 //	outbox_inbox_duplicates_total{consumer}    deliveries an inbox skipped
+//	outbox_inbox_parked_messages{consumer}     gauge (WatchInbox): parked in the inbox table, waiting ones included
+//	outbox_inbox_waiting_messages{consumer}    gauge (WatchInbox): parked as waiting behind a parked message of their key
+//	outbox_consumer_ready{consumer}            1 while the adapter's Readiness is nil (WatchConsumer)
 //
 // Inboxes report through Inbox.Observe (or Dispatcher.Observe for typed
 // events' handlers) with the Observer as their InboxObserver.
 //
-// The gauges read the table's Stats at most once per Config.StatsCacheFor
-// (5 s by default) whatever the scrape rate, so scrapes never load the
-// database; one read at a time, given Config.StatsTimeout (3 s by default),
+// The table's and the inbox table's gauges read the database at most once
+// per Config.StatsCacheFor (5 s by default) whatever the scrape rate, so
+// scrapes never load the database; one read at a time, given Config.StatsTimeout (3 s by default),
 // so a slow or hanging database neither piles up queries nor stalls
 // scrapes: they show the last values read meanwhile.
 //

@@ -280,11 +280,13 @@ var _ = func(store interface {
 	outboxdriver.Store
 	outboxdriver.Admin
 	outbox.Inserter[*sql.Tx]
-}, pub outbox.Publisher, inbox *outbox.Inbox[*sql.Tx]) {
+}, pub outbox.Publisher, inbox *outbox.Inbox[*sql.Tx], table outboxotel.ParkedCounter, ready outboxotel.Readier) {
 	obs, _ := outboxotel.NewObserver(outboxotel.Config{}) // the global providers
 	relay, _ := outbox.NewRelay(store, pub, outbox.Config{Observer: obs})
 	_, _ = obs.WatchTable(store, store.Name()) // pending, oldest age, dead
 	_, _ = obs.WatchRelay(relay, store.Name()) // relay ready
 	_, _ = outbox.NewWriter(store, outbox.WriterConfig{BeforeWrite: outboxotel.InjectTraceContext})
-	inbox.Observe(obs) // a consumer's applied and duplicate counts
+	inbox.Observe(obs)                         // a consumer's applied and duplicate counts
+	_, _ = obs.WatchInbox(table, "billing")    // a consumer's parked and waiting messages
+	_, _ = obs.WatchConsumer(ready, "billing") // consumer ready (an adapter's Readiness)
 }

@@ -13,6 +13,21 @@ import (
 	"time"
 
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxotel"
+	"github.com/go-outbox/outbox/outboxpg"
+	"github.com/go-outbox/outbox/outboxsqlite"
+)
+
+// The inbox tables are what outboxotel's WatchInbox (and outboxprom's
+// Config.Inbox) read, waiting messages included.
+type inboxCounts interface {
+	outboxotel.ParkedCounter
+	WaitingCounts(ctx context.Context) (map[string]int64, error)
+}
+
+var (
+	_ inboxCounts = (*outboxpg.InboxTable)(nil)
+	_ inboxCounts = (*outboxsqlite.InboxTable)(nil)
 )
 
 // `outbox relay --metrics-addr` serves the relay's metrics in Prometheus
