@@ -79,7 +79,7 @@ func parseConsoleAuth(values []string) (*consoleAuth, error) {
 	for _, v := range values {
 		kind, file, withFile := strings.Cut(v, ":")
 		if !(kind == "none" && !withFile || (kind == "bearer" || kind == "basic") && file != "") {
-			return nil, usagef("--auth %s: unknown kind of authentication; %s", v, consoleAuthKinds)
+			return nil, usagef("--auth %s: not a form this flag takes; %s", v, consoleAuthKinds)
 		}
 		if first, ok := kinds[kind]; ok {
 			return nil, usagef("--auth %s: %s is given twice (first --auth %s); give each kind once", v, kind, first)
