@@ -90,3 +90,53 @@ func testStatusListsLiveRelays(t *testing.T, db processDB) {
 		}
 	}
 }
+
+func TestStatusListsStuckKeysAndWarnsOfNoProgress(t *testing.T) {
+	t.Parallel()
+	testStatusListsStuckKeys(t, postgresDB(t))
+}
+
+func TestSQLiteStatusListsStuckKeysAndWarnsOfNoProgress(t *testing.T) {
+	t.Parallel()
+	testStatusListsStuckKeys(t, sqliteProcessDB(t))
+}
+
+// testStatusListsStuckKeys writes a keyed message no relay takes and reads
+// `outbox status` with a threshold it has passed: the key is stuck, not tried
+// yet, and the table makes no progress.
+func testStatusListsStuckKeys(t *testing.T, db processDB) {
+	m := &outbox.Message{Topic: "orders", Key: "order-7", Payload: []byte("x")}
+	if err := db.write(t.Context(), []*outbox.Message{m}); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"status", "--database-url", db.url, "--stuck-after", "50ms"}, db.args...)
+	var st struct {
+		StuckKeys struct {
+			Total int `json:"total"`
+			Keys  []struct {
+				Key  string `json:"key"`
+				Head string `json:"head"`
+			} `json:"keys"`
+		} `json:"stuck_keys"`
+		Warnings []string `json:"warnings"`
+	}
+	waitUntil(t, 20*time.Second, "the key to be stuck past 50ms", func() bool {
+		out := mustCLI(t, append(args, "--json")...)
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("status --json printed %q: %v", out, err)
+		}
+		return st.StuckKeys.Total == 1
+	})
+	if len(st.StuckKeys.Keys) != 1 || st.StuckKeys.Keys[0].Key != "order-7" || st.StuckKeys.Keys[0].Head != m.ID.String() {
+		t.Fatalf("stuck keys %+v; want order-7 with head %s", st.StuckKeys, m.ID)
+	}
+	text := mustCLI(t, args...)
+	for _, want := range []string{"stuck keys      1 (heads waiting over 50ms", `"order-7" head ` + m.ID.String(), "not tried yet", "WARNING: no progress: 1 message(s) pending", "no relay has published"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("status printed:\n%s\nwant it to contain %q", text, want)
+		}
+	}
+	if code, _, errOut := cli(t, append(args, "--stuck-keys", "-1")...); code != 2 || !strings.Contains(errOut, "--stuck-keys -1") {
+		t.Fatalf("status --stuck-keys -1: exit %d, %q; want a usage error naming the flag", code, errOut)
+	}
+}

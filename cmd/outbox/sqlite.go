@@ -107,12 +107,13 @@ type sqliteDB struct {
 
 // The interfaces sqliteDB passes through from the store.
 var (
-	_ outboxdriver.Store         = (*sqliteDB)(nil)
-	_ outboxdriver.Admin         = (*sqliteDB)(nil)
-	_ outboxdriver.WriteListener = (*sqliteDB)(nil)
-	_ outboxdriver.SchemaChecker = (*sqliteDB)(nil)
-	_ outboxdriver.RelayRegistry = (*sqliteDB)(nil)
-	_ migrator                   = (*sqliteDB)(nil)
+	_ outboxdriver.Store          = (*sqliteDB)(nil)
+	_ outboxdriver.Admin          = (*sqliteDB)(nil)
+	_ outboxdriver.WriteListener  = (*sqliteDB)(nil)
+	_ outboxdriver.SchemaChecker  = (*sqliteDB)(nil)
+	_ outboxdriver.RelayRegistry  = (*sqliteDB)(nil)
+	_ outboxdriver.StuckKeyFinder = (*sqliteDB)(nil)
+	_ migrator                    = (*sqliteDB)(nil)
 )
 
 func (d *sqliteDB) open(ctx context.Context, create bool) (*outboxsqlite.Store, error) {
@@ -234,6 +235,14 @@ func (d *sqliteDB) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 		return outboxdriver.Stats{}, err
 	}
 	return s.Stats(ctx)
+}
+
+func (d *sqliteDB) StuckKeys(ctx context.Context, olderThan time.Duration, limit int) ([]outboxdriver.StuckKey, int, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return s.StuckKeys(ctx, olderThan, limit)
 }
 
 func (d *sqliteDB) BeatRelay(ctx context.Context, beat outboxdriver.RelayBeat) error {

@@ -9,7 +9,11 @@ import (
 )
 
 func newStatusCommand(g *globalFlags) *cobra.Command {
-	var asJSON bool
+	var (
+		asJSON     bool
+		stuckAfter time.Duration
+		stuckKeys  int
+	)
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show pending, in-flight, dead and kept messages, the relay's lag and the live relays",
@@ -18,9 +22,20 @@ pending message, and the relays registered in the table's relay registry: each r
 refreshes its row every heartbeat (10s by default); one not seen for three heartbeats is shown as
 GONE (killed, or its host died); a relay that stops cleanly removes its row. It warns when
 messages are pending and no relay is live. Relays of releases before the registry (and tables not
-migrated to it: run ` + "`outbox migrate up`" + `) are not listed.`,
+migrated to it: run ` + "`outbox migrate up`" + `) are not listed.
+
+It lists the stuck keys: keys whose head (oldest pending message) was written more than
+--stuck-after ago, with what holds each (retrying and its last error, a dead message before it, or
+no relay reaching it), and warns of no progress: messages pending longer than --stuck-after while
+no registered relay published anything for as long.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if stuckAfter <= 0 {
+				return usagef("--stuck-after %s: use a positive duration, e.g. 5m", stuckAfter)
+			}
+			if stuckKeys < 0 {
+				return usagef("--stuck-keys %d: use 0 or more", stuckKeys)
+			}
 			b, err := g.openReady(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
@@ -31,13 +46,14 @@ migrated to it: run ` + "`outbox migrate up`" + `) are not listed.`,
 				return err
 			}
 			relays := readRelays(cmd.Context(), b.admin)
-			alarm := relays.alarm(st.Pending)
+			stuck := readStuckKeys(cmd.Context(), b.admin, stuckAfter, stuckKeys)
+			warnings := nonEmpty(relays.alarm(st.Pending), noProgress(st, relays, stuckAfter))
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"table": b.store.Name(), "pending": st.Pending, "in_flight": st.InFlight, "dead": st.Dead,
 					"published_kept": st.Published, "oldest_pending_seconds": st.OldestPending.Seconds(), "behind_dead": st.BehindDead,
-					"relays": relays.json(), "warnings": nonEmpty(alarm),
+					"relays": relays.json(), "stuck_keys": stuck.json(), "warnings": warnings,
 				})
 			}
 			fmt.Fprintf(out, "table           %s\n", b.store.Name())
@@ -49,13 +65,16 @@ migrated to it: run ` + "`outbox migrate up`" + `) are not listed.`,
 			}
 			fmt.Fprintf(out, "published kept  %d\n", st.Published)
 			fmt.Fprintf(out, "oldest pending  %s\n", st.OldestPending.Round(time.Millisecond))
+			stuck.print(out)
 			relays.print(out)
-			if alarm != "" {
-				fmt.Fprintf(out, "WARNING: %s\n", alarm)
+			for _, w := range warnings {
+				fmt.Fprintf(out, "WARNING: %s\n", w)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().DurationVar(&stuckAfter, "stuck-after", 5*time.Minute, "a key whose head waited longer is stuck, and pending messages this old with nothing published for as long are no progress")
+	cmd.Flags().IntVar(&stuckKeys, "stuck-keys", 5, "how many stuck keys to list, the longest waiting first")
 	return cmd
 }

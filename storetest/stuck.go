@@ -1,0 +1,70 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+func init() {
+	cases = append(cases,
+		testCase{"stuck keys are the keys whose head waited past the threshold, the longest first, with the head's attempts and whether a dead message is before it", testStuckKeys},
+	)
+}
+
+func testStuckKeys(t *testing.T, s *suite) {
+	finder, ok := s.h.Admin.(outboxdriver.StuckKeyFinder)
+	if !ok {
+		t.Skip("the store cannot list stuck keys (outboxdriver.StuckKeyFinder)")
+	}
+	msg := func(key string) *outbox.Message {
+		return &outbox.Message{Topic: "stuck", Key: key, Payload: []byte(key)}
+	}
+	a1, a2, b1, b2, x := msg("a"), msg("a"), msg("b"), msg("b"), msg("")
+	s.write(t, a1)
+	s.write(t, a2, b1, b2, x)
+	token, claimed := s.claim(t, 10, longLease)
+	if len(claimed) != 5 {
+		t.Fatalf("claimed %d messages; want all 5", len(claimed))
+	}
+	s.exchange(t, outboxdriver.Settlement{Token: token,
+		Retry:   []outboxdriver.Retry{{ID: a1.ID, Delay: time.Hour, Error: "broker said no"}},
+		Dead:    []outboxdriver.Failure{{ID: b1.ID, Error: "cannot decode"}},
+		Release: ids([]*outbox.Message{a2, b2, x}),
+	}, outboxdriver.Claim{})
+	if s.held() {
+		s.waitNoneInFlight(t)
+	}
+	// c's head is written after a and b's heads have waited a while, and
+	// is not stuck at a threshold below that while.
+	const threshold = 500 * time.Millisecond
+	written := s.now(t)
+	for s.now(t).Sub(written) <= 2*threshold {
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.write(t, msg("c"))
+
+	keys, total, err := finder.StuckKeys(t.Context(), threshold, 10)
+	if err != nil {
+		t.Fatalf("StuckKeys: %v", err)
+	}
+	if total != 2 || len(keys) != 2 || keys[0].Key != "a" || keys[1].Key != "b" {
+		t.Fatalf("stuck keys %+v (total %d); want a then b, 2 in all (c is new, x has no key)", keys, total)
+	}
+	a, b := keys[0], keys[1]
+	if a.Head != a1.ID || a.Topic != "stuck" || a.Attempts != 1 || a.LastError != "broker said no" || a.BehindDead || a.Waiting <= 2*threshold {
+		t.Fatalf("key a: %+v; want head %s after 1 attempt (\"broker said no\"), not behind dead, waiting over %v", a, a1.ID, 2*threshold)
+	}
+	if b.Head != b2.ID || b.Attempts != 0 || !b.BehindDead {
+		t.Fatalf("key b: %+v; want head %s, untried, behind the dead %s", b, b2.ID, b1.ID)
+	}
+	keys, total, err = finder.StuckKeys(t.Context(), threshold, 1)
+	if err != nil || total != 2 || len(keys) != 1 || keys[0].Key != "a" {
+		t.Fatalf("StuckKeys(limit 1) = %+v, %d, %v; want only a, 2 in all", keys, total, err)
+	}
+	if keys, total, err := finder.StuckKeys(t.Context(), time.Hour, 10); err != nil || total != 0 || len(keys) != 0 {
+		t.Fatalf("StuckKeys(1h) = %+v, %d, %v; want none", keys, total, err)
+	}
+}
