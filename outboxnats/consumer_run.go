@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,11 +28,27 @@ type reader struct {
 	// fixes; it is renewed when consuming resumes, so that the next
 	// failure is logged at once.
 	operatorLog loglimit.Limiter
-	// ready is told what the logs tell; reading is true while consume
-	// reads, so that a connection back makes the consumer ready only if
-	// its read survived the outage.
-	ready   *consume.Readiness
-	reading atomic.Bool
+	// ready is told what the logs tell: the consumer is ready while its
+	// read runs and its connection is up, which the read and the
+	// connection's watcher change from two goroutines, under stateMu.
+	ready    *consume.Readiness
+	stateMu  sync.Mutex
+	reading  bool
+	connLost bool
+}
+
+// readState changes, under stateMu, whether the read runs and whether the
+// connection is lost, with why not ready (nil if the change cannot make the
+// consumer unready), and tells ready.
+func (r *reader) readState(change func(), why error) {
+	r.stateMu.Lock()
+	defer r.stateMu.Unlock()
+	change()
+	if r.reading && !r.connLost {
+		r.ready.Consuming()
+	} else {
+		r.ready.Failed(why)
+	}
 }
 
 func newReader(js jetstream.JetStream, cfg ConsumerConfig) *reader {
@@ -56,24 +72,20 @@ func (r *reader) run(ctx context.Context, lanes *consume.Lanes) error {
 	for {
 		err := r.consume(ctx, lanes, func() {
 			wait.Reset()
-			r.reading.Store(true)
-			if nc := r.js.Conn(); nc == nil || nc.IsConnected() {
-				r.ready.Consuming()
-			}
+			r.readState(func() { r.reading = true }, nil)
 			if failing {
 				failing = false
 				r.operatorLog = loglimit.Limiter{Interval: ConfigErrorLogInterval}
 				r.log.Info("outboxnats: consumer is back: consuming again")
 			}
 		})
-		r.reading.Store(false)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err := r.fatal(err); err != nil {
 			return err
 		}
-		r.ready.Failed(r.notConsuming(err))
+		r.readState(func() { r.reading = false }, r.notConsuming(err))
 		failing = true
 		r.logFailure(err, wait.Next())
 		if !wait.Sleep(ctx, nil) {
@@ -213,13 +225,11 @@ func (r *reader) watchConnection() (stop func()) {
 			switch {
 			case status == nats.CONNECTED && lost:
 				lost = false
-				if r.reading.Load() {
-					r.ready.Consuming()
-				}
+				r.readState(func() { r.connLost = false }, nil)
 				r.log.Info("outboxnats: consumer's connection is back: consuming again", slog.String("server", nc.ConnectedUrlRedacted()))
 			case status != nats.CONNECTED && !lost:
 				lost = true
-				r.ready.Failed(fmt.Errorf("lost its connection to the server; nats.go reconnects (last error: %v)", nc.LastError()))
+				r.readState(func() { r.connLost = true }, fmt.Errorf("lost its connection to the server; nats.go reconnects (last error: %v)", nc.LastError()))
 				r.log.Warn("outboxnats: consumer lost its connection; nats.go reconnects (the server delivers again what was not acknowledged)",
 					slog.Any("error", nc.LastError()))
 			}
