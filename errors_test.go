@@ -49,7 +49,7 @@ func TestRelayWaitsAtLeastTheDelayAPublisherAskedFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	settle, _ := r.publish(context.Background(), uuid.New(), []Message{{ID: throttled, Topic: "t"}, {ID: plain, Topic: "t"}}, time.Now(), time.Second)
+	settle, _, _ := r.publish(context.Background(), uuid.New(), []Message{{ID: throttled, Topic: "t"}, {ID: plain, Topic: "t"}}, time.Now(), time.Second)
 	if len(settle.Retry) != 2 || len(settle.Dead) != 0 || len(settle.Published) != 0 {
 		t.Fatalf("settlement %+v, want two retries", settle)
 	}

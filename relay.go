@@ -45,6 +45,9 @@ type Relay struct {
 	// lastWork is when the relay last claimed and published, for its
 	// registry row.
 	lastWork lastWork
+	// noAttempts is set once the store said its table keeps no history
+	// of failed attempts.
+	noAttempts atomic.Bool
 
 	mu       sync.Mutex
 	started  bool
@@ -125,6 +128,9 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	var background sync.WaitGroup
 	background.Go(func() { r.dispatch(loopCtx) })
+	if rec, ok := r.store.(outboxdriver.AttemptRecorder); ok {
+		background.Go(func() { r.pruneAttempts(loopCtx, rec) })
+	}
 	if reg, ok := r.store.(outboxdriver.RelayRegistry); ok {
 		id, registered := uuid.New(), new(atomic.Bool)
 		background.Go(func() { r.register(loopCtx, reg, id, registered) })
@@ -237,6 +243,9 @@ func (r *Relay) work(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
 	var (
 		settle outboxdriver.Settlement
+		// failures are the failed attempts settle records, for the
+		// history, once the store has taken settle.
+		failures []outboxdriver.Attempt
 		// settleBy is when the lease of settle's messages ends: after it,
 		// another relay may have claimed and published them again, so
 		// recording settle is no longer worth a wait.
@@ -283,6 +292,8 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		}
 		retry.Reset()
 		settle = outboxdriver.Settlement{}
+		r.recordAttempts(ctx, failures)
+		failures = nil
 		if stopping {
 			return
 		}
@@ -304,7 +315,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		}
 		var unavailable bool
 		settleBy = claimed.Add(r.cfg.LeaseDuration)
-		settle, unavailable = r.publish(ctx, claim.Token, batch, claimed, outage.Next())
+		settle, failures, unavailable = r.publish(ctx, claim.Token, batch, claimed, outage.Next())
 		r.busy.Add(-1)
 		if len(settle.Published) > 0 {
 			r.lastWork.published.Store(time.Now().UnixNano())
@@ -317,6 +328,8 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			log.Warn("outbox relay: destination unavailable; messages postponed without counting an attempt", slog.Duration("pause", outage.Next()))
 			if r.record(ctx, log, settle) {
 				settle = outboxdriver.Settlement{}
+				r.recordAttempts(ctx, failures)
+				failures = nil
 			}
 			outage.Sleep(ctx, r.stopping)
 		} else {
@@ -413,7 +426,7 @@ const storeCallTimeout = 15 * time.Second
 // key's run, in key order), go back untried. None of these counts an
 // attempt. A batch holds a key's messages in insert order (the store's
 // claim sees to it in key order), and publishers keep that order.
-func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, claimed time.Time, pause time.Duration) (settle outboxdriver.Settlement, unavailable bool) {
+func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, claimed time.Time, pause time.Duration) (settle outboxdriver.Settlement, failures []outboxdriver.Attempt, unavailable bool) {
 	// Stop publishing before the lease ends, so no other relay can claim a
 	// message this one is still publishing. The lease counts from the
 	// claim, not from its answer, which a slow database can delay.
@@ -425,7 +438,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 		for i := range batch {
 			r.cfg.Observer.Settled(ctx, r.store.Name(), &batch[i], OutcomeReleased, nil)
 		}
-		return outboxdriver.Settlement{}, false
+		return outboxdriver.Settlement{}, nil, false
 	}
 	pubCtx, cancel := context.WithDeadline(ctx, deadline)
 	pubCtx, observed := r.cfg.Observer.Publishing(pubCtx, r.store.Name(), batch)
@@ -478,11 +491,13 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 		case IsPermanent(err):
 			outcome = OutcomeDead
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: err.Error()})
+			failures = append(failures, failedAttempt(m, err, outboxdriver.AttemptDead, permanentClass(err)))
 			r.log.Warn("outbox relay: message dead-lettered (permanent error)", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		case m.Attempts+1 >= r.cfg.MaxAttempts:
 			outcome = OutcomeDead
 			msg := fmt.Sprintf("attempt %d of %d: %v", m.Attempts+1, r.cfg.MaxAttempts, err)
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: msg})
+			failures = append(failures, failedAttempt(m, err, outboxdriver.AttemptDead, outboxdriver.ClassExhausted))
 			r.log.Warn("outbox relay: message dead-lettered (attempts exhausted)", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		default:
 			outcome = OutcomeRetried
@@ -491,6 +506,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 				delay = max(delay, after) // the destination said when to come back
 			}
 			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: delay, Error: err.Error()})
+			failures = append(failures, failedAttempt(m, err, outboxdriver.AttemptRetried, outboxdriver.ClassRetryable))
 		}
 		if err != nil && outcome != OutcomeDead && !keyFailed {
 			failed[m.Key] = lastDelay(&settle, m.ID)
@@ -500,7 +516,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 	if len(release) > 0 {
 		r.releaseIDs(ctx, token, release)
 	}
-	return settle, unavailable
+	return settle, failures, unavailable
 }
 
 // holdBack records m, which was not tried (err says why), to go back

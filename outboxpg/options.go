@@ -129,10 +129,11 @@ type names struct {
 	schema string // validated, unquoted
 	table  string // validated, unquoted
 
-	qSchema string // quoted schema
-	qTable  string // quoted schema.table
-	qMigr   string // quoted schema.table_migrations
-	qRelays string // quoted schema.table_relays, the relay registry
+	qSchema   string // quoted schema
+	qTable    string // quoted schema.table
+	qMigr     string // quoted schema.table_migrations
+	qRelays   string // quoted schema.table_relays, the relay registry
+	qAttempts string // quoted schema.table_attempts, failed attempts
 
 	channel string // NOTIFY channel, unquoted (pg_notify takes it as text)
 
@@ -156,13 +157,14 @@ func (o Options) resolve() (names, error) {
 		return names{}, err
 	}
 	n := names{
-		schema:  schema,
-		table:   table,
-		qSchema: sqlident.Quote(schema),
-		qTable:  sqlident.Quote(schema) + "." + sqlident.Quote(table),
-		qMigr:   sqlident.Quote(schema) + "." + sqlident.Quote(table+"_migrations"),
-		qRelays: sqlident.Quote(schema) + "." + sqlident.Quote(table+"_relays"),
-		channel: channelName(schema, table),
+		schema:    schema,
+		table:     table,
+		qSchema:   sqlident.Quote(schema),
+		qTable:    sqlident.Quote(schema) + "." + sqlident.Quote(table),
+		qMigr:     sqlident.Quote(schema) + "." + sqlident.Quote(table+"_migrations"),
+		qRelays:   sqlident.Quote(schema) + "." + sqlident.Quote(table+"_relays"),
+		qAttempts: sqlident.Quote(schema) + "." + sqlident.Quote(table+"_attempts"),
+		channel:   channelName(schema, table),
 	}
 	n.purgeLockKey = lockKey("outboxpg purge " + schema + "." + table)
 	// One key for every outbox table: concurrent migrators of different

@@ -95,12 +95,18 @@ FROM `+s.names.qRelays+` ORDER BY seen_at DESC, id`)
 	return list, now, nil
 }
 
-// registryError wraps err of an operation on the registry table; a missing
-// table (a table not migrated to 7) wraps ErrNotMigrated with the fix.
+// registryError wraps err of an operation on the registry table.
 func (s *Store) registryError(op string, err error) error {
+	return sideTableError(op, "the relay registry", s.names.qRelays, 7, "to list live relays", err)
+}
+
+// sideTableError wraps err of an operation on a table beside the outbox
+// table (what, named qName, made by migration); a missing table wraps
+// ErrNotMigrated with the fix, which gains what forWhat says.
+func sideTableError(op, what, qName string, migration int, forWhat string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
-		return fmt.Errorf("%w: outboxpg: %s: the relay registry %s does not exist (migration 7); run `outbox migrate up` to list live relays", outboxdriver.ErrNotMigrated, op, s.names.qRelays)
+		return fmt.Errorf("%w: outboxpg: %s: %s %s does not exist (migration %d); run `outbox migrate up` %s", outboxdriver.ErrNotMigrated, op, what, qName, migration, forWhat)
 	}
-	return fmt.Errorf("outboxpg: %s in %s: %w", op, s.names.qRelays, err)
+	return fmt.Errorf("outboxpg: %s in %s: %w", op, qName, err)
 }

@@ -82,10 +82,11 @@ type Options struct {
 // settings are validated options with every default applied, and the names
 // derived from them. Nothing else is ever put into SQL text.
 type settings struct {
-	table   string // validated, unquoted
-	qTable  string // quoted table
-	qMigr   string // quoted <table>_migrations
-	qRelays string // quoted <table>_relays, the relay registry
+	table     string // validated, unquoted
+	qTable    string // quoted table
+	qMigr     string // quoted <table>_migrations
+	qRelays   string // quoted <table>_relays, the relay registry
+	qAttempts string // quoted <table>_attempts, failed attempts
 
 	busyTimeout     time.Duration
 	createIfMissing bool
@@ -113,6 +114,7 @@ func (o Options) resolve() (settings, error) {
 		qTable:          sqlident.Quote(table),
 		qMigr:           sqlident.Quote(table + "_migrations"),
 		qRelays:         sqlident.Quote(table + "_relays"),
+		qAttempts:       sqlident.Quote(table + "_attempts"),
 		busyTimeout:     o.BusyTimeout,
 		createIfMissing: o.CreateIfMissing,
 		orderByKey:      o.OrderByKey,

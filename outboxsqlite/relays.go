@@ -102,11 +102,17 @@ FROM `+s.set.qRelays+` ORDER BY seen_at DESC, id`)
 	return list, now, nil
 }
 
-// registryError wraps err of an operation on the registry table; a missing
-// table (a file not migrated to 6) wraps ErrNotMigrated with the fix.
+// registryError wraps err of an operation on the registry table.
 func (s *Store) registryError(op string, err error) error {
+	return s.sideTableError(op, "the relay registry", s.set.qRelays, 6, "to list live relays", err)
+}
+
+// sideTableError wraps err of an operation on a table beside the outbox
+// table (what, named qName, made by migration); a missing table wraps
+// ErrNotMigrated with the fix, which gains what forWhat says.
+func (s *Store) sideTableError(op, what, qName string, migration int, forWhat string, err error) error {
 	if strings.Contains(err.Error(), "no such table") {
-		return fmt.Errorf("%w: outboxsqlite: %s: the relay registry %s does not exist in %s (migration 6); run `outbox migrate up` to list live relays", outboxdriver.ErrNotMigrated, op, s.set.qRelays, s.path)
+		return fmt.Errorf("%w: outboxsqlite: %s: %s %s does not exist in %s (migration %d); run `outbox migrate up` %s", outboxdriver.ErrNotMigrated, op, what, qName, s.path, migration, forWhat)
 	}
-	return fmt.Errorf("outboxsqlite: %s in %s: %w", op, s.set.qRelays, explain(err, s.path))
+	return fmt.Errorf("outboxsqlite: %s in %s: %w", op, qName, explain(err, s.path))
 }

@@ -137,6 +137,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		testExpiredMessagesAreNotPublished(t, h, h.KeyOrdered, true)
 	})
+	t.Run("FailedAttemptsAreKeptWithTheirErrorClassAndOutcomeUntilTheMessageIsPublished", func(t *testing.T) {
+		t.Parallel()
+		testFailedAttemptsAreKept(t, newHarness(t))
+	})
 	t.Run("ARelayRegistersItselfRefreshesItsRowAndRemovesItWhenItStops", func(t *testing.T) {
 		t.Parallel()
 		testRelayRegistersItself(t, newHarness(t))

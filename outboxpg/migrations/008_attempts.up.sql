@@ -1,0 +1,15 @@
+-- The history of failed attempts: the relay records each failure (its
+-- time, error, class and what followed) after the settlement that carried
+-- it, keeping the last 10 of each message, so that `outbox dead show` and
+-- the console tell more than the last error. Records of messages no longer
+-- in the table are purged by the relays. Nothing that claims or settles
+-- reads it; relays of older releases record nothing.
+CREATE TABLE {{attempts}} (
+	message_id  uuid        NOT NULL,
+	attempt     integer     NOT NULL,
+	at          timestamptz NOT NULL DEFAULT now(),
+	outcome     text        NOT NULL,
+	class       text        NOT NULL,
+	error       text        NOT NULL,
+	CONSTRAINT {{name:attempts_pkey}} PRIMARY KEY (message_id, attempt)
+);

@@ -1,0 +1,133 @@
+package outboxsqlite
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+var _ outboxdriver.AttemptRecorder = (*Store)(nil)
+
+// RecordAttempts stores attempts and deletes each message's records older
+// than its last AttemptsKept, in one write transaction.
+func (s *Store) RecordAttempts(ctx context.Context, attempts []outboxdriver.Attempt) error {
+	attempts = outboxdriver.LatestAttempts(attempts)
+	if len(attempts) == 0 {
+		return nil
+	}
+	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, now int64) error {
+		for _, a := range attempts {
+			if _, err := c.ExecContext(ctx, `
+INSERT INTO `+s.set.qAttempts+` (message_id, attempt, at, outcome, class, error) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (message_id, attempt) DO UPDATE SET
+	at = excluded.at, outcome = excluded.outcome, class = excluded.class, error = excluded.error`,
+				a.MessageID.String(), a.Number, now, string(a.Outcome), string(a.Class), a.Error); err != nil {
+				return err
+			}
+			if _, err := c.ExecContext(ctx, `DELETE FROM `+s.set.qAttempts+` WHERE message_id = ? AND attempt <= ?`,
+				a.MessageID.String(), a.Number-outboxdriver.AttemptsKept); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return s.attemptsError("record attempts", err)
+	}
+	return nil
+}
+
+// Attempts returns the recorded attempts of message id, oldest first.
+func (s *Store) Attempts(ctx context.Context, id uuid.UUID) ([]outboxdriver.Attempt, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT attempt, at, outcome, class, error FROM `+s.set.qAttempts+` WHERE message_id = ? ORDER BY attempt`, id.String())
+	if err != nil {
+		return nil, s.attemptsError("read attempts", err)
+	}
+	defer rows.Close()
+	var list []outboxdriver.Attempt
+	for rows.Next() {
+		a := outboxdriver.Attempt{MessageID: id}
+		var (
+			at             int64
+			outcome, class string
+		)
+		if err := rows.Scan(&a.Number, &at, &outcome, &class, &a.Error); err != nil {
+			return nil, s.attemptsError("read attempts", err)
+		}
+		a.At, a.Outcome, a.Class = time.UnixMicro(at), outboxdriver.AttemptOutcome(outcome), outboxdriver.AttemptClass(class)
+		list = append(list, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.attemptsError("read attempts", err)
+	}
+	return list, nil
+}
+
+// LastFailures returns the time of the last recorded attempt of each of ids.
+func (s *Store) LastFailures(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]time.Time, error) {
+	last := map[uuid.UUID]time.Time{}
+	// SQLite binds at most 32766 parameters: ask in pages.
+	const page = 500
+	for start := 0; start < len(ids); start += page {
+		chunk := ids[start:min(start+page, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id.String()
+		}
+		rows, err := s.db.QueryContext(ctx, `SELECT message_id, max(at) FROM `+s.set.qAttempts+
+			` WHERE message_id IN (?`+strings.Repeat(", ?", len(chunk)-1)+`) GROUP BY message_id`, args...)
+		if err != nil {
+			return nil, s.attemptsError("read attempts", err)
+		}
+		for rows.Next() {
+			var (
+				id string
+				at int64
+			)
+			if err := rows.Scan(&id, &at); err != nil {
+				rows.Close()
+				return nil, s.attemptsError("read attempts", err)
+			}
+			if parsed, err := uuid.Parse(id); err == nil {
+				last[parsed] = time.UnixMicro(at)
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, s.attemptsError("read attempts", err)
+		}
+	}
+	return last, nil
+}
+
+// PurgeAttempts deletes up to limit records of messages no longer in the
+// table.
+func (s *Store) PurgeAttempts(ctx context.Context, limit int) (int, error) {
+	var n int64
+	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, _ int64) error {
+		res, err := c.ExecContext(ctx, `
+DELETE FROM `+s.set.qAttempts+` WHERE rowid IN (
+	SELECT a.rowid FROM `+s.set.qAttempts+` AS a
+	WHERE NOT EXISTS (SELECT 1 FROM `+s.set.qTable+` AS m WHERE m.id = a.message_id)
+	LIMIT ?)`, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, s.attemptsError("purge attempts", err)
+	}
+	return int(n), nil
+}
+
+func (s *Store) attemptsError(op string, err error) error {
+	return s.sideTableError(op, "the attempts history", s.set.qAttempts, 7, "to keep the history of failed attempts", err)
+}
