@@ -38,6 +38,16 @@ type processDB struct {
 	write func(ctx context.Context, msgs []*outbox.Message) error
 	// stats reads the table's counts.
 	stats func(ctx context.Context) (outboxdriver.Stats, error)
+	// store is the table's store in this process, for tests that set up
+	// what the relays would (dead messages and their history, say).
+	store testStore
+}
+
+// testStore is what tests do to a table through its store.
+type testStore interface {
+	outboxdriver.Store
+	outboxdriver.Admin
+	outboxdriver.AttemptRecorder
 }
 
 // postgresDB returns a migrated table in a fresh schema of the test server.
@@ -70,6 +80,7 @@ func postgresDB(t *testing.T) processDB {
 			return writer.Transact(ctx, func(ctx context.Context, tx pgx.Tx) error { return writer.Write(ctx, tx, msgs...) })
 		},
 		stats: store.Stats,
+		store: store,
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +21,7 @@ func newDeadCommand(g *globalFlags) *cobra.Command {
 		Use:   "dead",
 		Short: "List, inspect, retry or discard dead-lettered messages",
 	}
-	cmd.AddCommand(newDeadListCommand(g), newDeadShowCommand(g), newDeadRetryCommand(g), newDeadDiscardCommand(g))
+	cmd.AddCommand(newDeadListCommand(g), newDeadShowCommand(g), newDeadGroupsCommand(g), newDeadRetryCommand(g), newDeadDiscardCommand(g))
 	return cmd
 }
 
@@ -77,7 +78,7 @@ func newDeadListCommand(g *globalFlags) *cobra.Command {
 func newDeadShowCommand(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
-		Short: "Print one message, payload included, as JSON",
+		Short: "Print one message, payload and history of failed attempts included, as JSON",
 		Args:  exactArgs(1, "give one message id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := parseID(args[0])
@@ -93,9 +94,18 @@ func newDeadShowCommand(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			shown := showMessage(m)
+			if rec, ok := b.admin.(outboxdriver.AttemptRecorder); ok {
+				history, err := rec.Attempts(cmd.Context(), id)
+				if err != nil {
+					shown["history_error"] = err.Error()
+				} else {
+					shown["history"] = attemptsJSON(history)
+				}
+			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")
-			return enc.Encode(showMessage(m))
+			return enc.Encode(shown)
 		},
 	}
 }
@@ -128,25 +138,34 @@ func showMessage(m outbox.Message) map[string]any {
 }
 
 func newDeadRetryCommand(g *globalFlags) *cobra.Command {
-	var all, force bool
+	var (
+		all, force bool
+		group      string
+	)
 	cmd := &cobra.Command{
-		Use:   "retry (ID... | --all) [--force]",
+		Use:   "retry (ID... | --all | --group G) [--force]",
 		Short: "Make dead messages pending again, with their attempts reset",
 		Long: `retry makes dead messages pending again, with their attempts reset: the relay publishes them
 as soon as it claims them. In key order a dead message holds the rest of its key, which goes on
 in order once it is retried. A message whose key moved on (a relay set to skip dead messages in
 key order, --skip-dead-in-key-order, published later messages of its key after it died) would be
-published after them: retry refuses it, saying how many, unless --force is given.`,
+published after them: retry refuses it, saying how many, unless --force is given. --group retries
+every member of a group of ` + "`outbox dead groups`" + `.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := idsOrAll(args, all)
-			if err != nil {
-				return err
+			ids, err := idsOrAll(args, all || group != "")
+			if err != nil || (all && group != "") {
+				return cmp.Or(err, usagef("give --all or --group, not both"))
 			}
 			b, err := g.openReady(cmd.Context(), storeMode{})
 			if err != nil {
 				return err
 			}
 			defer b.close()
+			if group != "" {
+				if ids, err = deadGroupIDs(cmd.Context(), b.admin, group); err != nil {
+					return err
+				}
+			}
 			retry := retryDeadKeepingKeyOrder
 			if force {
 				retry = retryDeadAnyway
@@ -160,6 +179,7 @@ published after them: retry refuses it, saying how many, unless --force is given
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "retry every dead message")
+	cmd.Flags().StringVar(&group, "group", "", "retry every message of this group of `outbox dead groups`")
 	cmd.Flags().BoolVar(&force, "force", false, "retry messages that later messages of their key overtook, publishing them after those")
 	return cmd
 }
@@ -241,12 +261,12 @@ func refuseOvertaken(dead []outbox.Message) error {
 }
 
 func newDeadDiscardCommand(g *globalFlags) *cobra.Command {
-	return &cobra.Command{
-		Use:   "discard ID...",
+	var group string
+	cmd := &cobra.Command{
+		Use:   "discard (ID... | --group G)",
 		Short: "Delete dead messages for good",
-		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ids, err := idsOrAll(args, false)
+			ids, err := idsOrAll(args, group != "")
 			if err != nil {
 				return err
 			}
@@ -255,6 +275,11 @@ func newDeadDiscardCommand(g *globalFlags) *cobra.Command {
 				return err
 			}
 			defer b.close()
+			if group != "" {
+				if ids, err = deadGroupIDs(cmd.Context(), b.admin, group); err != nil {
+					return err
+				}
+			}
 			n, err := b.admin.DiscardDead(cmd.Context(), ids...)
 			if err != nil {
 				return err
@@ -263,6 +288,8 @@ func newDeadDiscardCommand(g *globalFlags) *cobra.Command {
 			return missing(len(ids), n, "dead")
 		},
 	}
+	cmd.Flags().StringVar(&group, "group", "", "discard every message of this group of `outbox dead groups`")
+	return cmd
 }
 
 func idsOrAll(args []string, all bool) ([]uuid.UUID, error) {

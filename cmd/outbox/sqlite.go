@@ -107,13 +107,14 @@ type sqliteDB struct {
 
 // The interfaces sqliteDB passes through from the store.
 var (
-	_ outboxdriver.Store          = (*sqliteDB)(nil)
-	_ outboxdriver.Admin          = (*sqliteDB)(nil)
-	_ outboxdriver.WriteListener  = (*sqliteDB)(nil)
-	_ outboxdriver.SchemaChecker  = (*sqliteDB)(nil)
-	_ outboxdriver.RelayRegistry  = (*sqliteDB)(nil)
-	_ outboxdriver.StuckKeyFinder = (*sqliteDB)(nil)
-	_ migrator                    = (*sqliteDB)(nil)
+	_ outboxdriver.Store           = (*sqliteDB)(nil)
+	_ outboxdriver.Admin           = (*sqliteDB)(nil)
+	_ outboxdriver.WriteListener   = (*sqliteDB)(nil)
+	_ outboxdriver.SchemaChecker   = (*sqliteDB)(nil)
+	_ outboxdriver.RelayRegistry   = (*sqliteDB)(nil)
+	_ outboxdriver.StuckKeyFinder  = (*sqliteDB)(nil)
+	_ outboxdriver.AttemptRecorder = (*sqliteDB)(nil)
+	_ migrator                     = (*sqliteDB)(nil)
 )
 
 func (d *sqliteDB) open(ctx context.Context, create bool) (*outboxsqlite.Store, error) {
@@ -235,6 +236,38 @@ func (d *sqliteDB) Stats(ctx context.Context) (outboxdriver.Stats, error) {
 		return outboxdriver.Stats{}, err
 	}
 	return s.Stats(ctx)
+}
+
+func (d *sqliteDB) RecordAttempts(ctx context.Context, attempts []outboxdriver.Attempt) error {
+	s, err := d.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.RecordAttempts(ctx, attempts)
+}
+
+func (d *sqliteDB) Attempts(ctx context.Context, id uuid.UUID) ([]outboxdriver.Attempt, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Attempts(ctx, id)
+}
+
+func (d *sqliteDB) LastFailures(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]time.Time, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.LastFailures(ctx, ids)
+}
+
+func (d *sqliteDB) PurgeAttempts(ctx context.Context, limit int) (int, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.PurgeAttempts(ctx, limit)
 }
 
 func (d *sqliteDB) StuckKeys(ctx context.Context, olderThan time.Duration, limit int) ([]outboxdriver.StuckKey, int, error) {

@@ -49,6 +49,7 @@ func sqliteProcessDB(t *testing.T) processDB {
 			return writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return writer.Write(ctx, tx, msgs...) })
 		},
 		stats: store.Stats,
+		store: store,
 	}
 }
 
