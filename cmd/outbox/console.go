@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	_ "embed"
-	"encoding/base64"
+	"embed"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -18,25 +15,24 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 
-	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
-//go:embed console.html
-var consoleHTML string
+// consoleFS holds the templates, one file per group of pages.
+//
+//go:embed console*.html
+var consoleFS embed.FS
 
 // consoleTemplates are the console's pages: plain HTML forms, no script and
 // nothing loaded from elsewhere, so the console works without internet
 // access.
 var consoleTemplates = template.Must(template.New("console").Funcs(template.FuncMap{
 	"short": func(s string) string { return oneLine(s, 140) },
-}).Parse(consoleHTML))
+}).ParseFS(consoleFS, "console*.html"))
 
 const (
 	// consoleScanLimit bounds how many dead messages one filter reads.
@@ -290,234 +286,4 @@ func refuseOutOfOrder(w http.ResponseWriter, err error, force string) {
 func (c *console) fail(w http.ResponseWriter, err error) {
 	c.log.Error("outbox console: request failed", slog.Any("error", err))
 	http.Error(w, err.Error(), http.StatusInternalServerError)
-}
-
-func (c *console) overview(w http.ResponseWriter, r *http.Request) {
-	st, err := c.admin.Stats(r.Context())
-	if err != nil {
-		c.fail(w, err)
-		return
-	}
-	oldest := "none"
-	if st.Pending > 0 {
-		oldest = st.OldestPending.Round(time.Millisecond).String()
-	}
-	rate := "n/a"
-	if st.Published > 0 {
-		rate = fmt.Sprintf("%.1f", float64(st.PublishedLastMinute)/60)
-	}
-	c.render(w, "overview", struct {
-		page
-		Stats            outboxdriver.Stats
-		Oldest, Rate, At string
-	}{c.page(r, "Overview"), st, oldest, rate, time.Now().UTC().Format("15:04:05 MST")})
-}
-
-// deadFilter selects dead messages by exact topic and error text.
-type deadFilter struct{ topic, query string }
-
-func filterOf(v url.Values) deadFilter {
-	return deadFilter{topic: strings.TrimSpace(v.Get("topic")), query: strings.TrimSpace(v.Get("q"))}
-}
-
-func (f deadFilter) match(m outbox.Message) bool {
-	return (f.topic == "" || m.Topic == f.topic) &&
-		(f.query == "" || strings.Contains(strings.ToLower(m.LastError), strings.ToLower(f.query)))
-}
-
-// matches reads up to consoleScanLimit dead messages and returns those f
-// selects, and whether it stopped at the limit.
-func (c *console) matches(ctx context.Context, f deadFilter) (found []outbox.Message, scanned int, truncated bool, err error) {
-	after := uuid.Nil
-	for scanned < consoleScanLimit {
-		page, err := c.admin.ListDead(ctx, after, min(500, consoleScanLimit-scanned))
-		if err != nil {
-			return nil, scanned, false, err
-		}
-		for _, m := range page {
-			if f.match(m) {
-				found = append(found, m)
-			}
-		}
-		scanned += len(page)
-		if len(page) < 500 {
-			return found, scanned, false, nil
-		}
-		after = page[len(page)-1].ID
-	}
-	return found, scanned, true, nil
-}
-
-func (c *console) deadList(w http.ResponseWriter, r *http.Request) {
-	f := filterOf(r.URL.Query())
-	found, scanned, truncated, err := c.matches(r.Context(), f)
-	if err != nil {
-		c.fail(w, err)
-		return
-	}
-	rows := found[:min(len(found), consoleRows)]
-	c.render(w, "dead", struct {
-		page
-		Topic, Query, Seen string
-		Rows               []outbox.Message
-		Matches, Scanned   int
-		Truncated          bool
-	}{c.page(r, "Dead letters"), f.topic, f.query, seenField(found), rows, len(found), scanned, truncated})
-}
-
-// seenField lists the ids of the matches a page counted, for its "every
-// match" form to act on those only: a message that dies after the page was
-// read matches the filter too, but the user never saw it. UUIDv7 ids order
-// by creation, not by death, so the highest id seen would not tell it apart.
-// 16 bytes an id in base64: at most some 210 KB, for consoleScanLimit ids.
-func seenField(ms []outbox.Message) string {
-	b := make([]byte, 0, 16*len(ms))
-	for _, m := range ms {
-		b = append(b, m.ID[:]...)
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// seenIDs decodes seenField.
-func seenIDs(s string) (map[uuid.UUID]bool, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil || len(b) == 0 || len(b)%16 != 0 {
-		return nil, errors.New("the form does not say which messages the page showed: reload the dead letters page and try again")
-	}
-	ids := make(map[uuid.UUID]bool, len(b)/16)
-	for ; len(b) > 0; b = b[16:] {
-		ids[uuid.UUID(b[:16])] = true
-	}
-	return ids, nil
-}
-
-func (c *console) message(w http.ResponseWriter, r *http.Request) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		http.Error(w, "not a message id", http.StatusBadRequest)
-		return
-	}
-	m, err := c.admin.Get(r.Context(), id)
-	if errors.Is(err, outbox.ErrNotFound) {
-		http.Error(w, "no message "+id.String()+" (published, discarded or never written)", http.StatusNotFound)
-		return
-	}
-	if err != nil {
-		c.fail(w, err)
-		return
-	}
-	kind, payload := showPayload(m.Payload)
-	c.render(w, "message", struct {
-		page
-		M                    outbox.Message
-		PayloadKind, Payload string
-	}{c.page(r, m.ID.String()), m, kind, payload})
-}
-
-// showPayload renders a payload: indented JSON, text, or a hex dump.
-func showPayload(p []byte) (kind, text string) {
-	var buf bytes.Buffer
-	switch {
-	case json.Valid(p) && json.Indent(&buf, p, "", "  ") == nil:
-		return "JSON", buf.String()
-	case utf8.Valid(p):
-		return "text", string(p)
-	default:
-		return "binary, hex", hex.Dump(p)
-	}
-}
-
-func (c *console) actOnOne(w http.ResponseWriter, r *http.Request, line *auditLine) {
-	id, err := uuid.Parse(r.PathValue("id"))
-	if err != nil {
-		http.Error(w, "not a message id", http.StatusBadRequest)
-		return
-	}
-	line.ids([]uuid.UUID{id})
-	c.act(w, r, line, []uuid.UUID{id}, -1, "/dead")
-}
-
-func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request, line *auditLine) {
-	f := filterOf(r.PostForm)
-	line.add(slog.String("topic", f.topic), slog.String("q", f.query))
-	seen, err := seenIDs(r.PostForm.Get("seen"))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	// The matches now, of which only those the page showed: the filter
-	// still holds for them and they are still dead.
-	found, _, _, err := c.matches(r.Context(), f)
-	if err != nil {
-		c.fail(w, err)
-		return
-	}
-	var ids []uuid.UUID
-	for _, m := range found {
-		if seen[m.ID] {
-			ids = append(ids, m.ID)
-		}
-	}
-	line.add(slog.Int("shown", len(seen)), slog.Int("messages", len(ids)))
-	c.act(w, r, line, ids, len(seen), "/dead?"+url.Values{"topic": {f.topic}, "q": {f.query}}.Encode())
-}
-
-// act retries or discards ids, as line.action says, in batches (a retry
-// that keeps key order in one call), and sends the browser back to back
-// with what it did; shown is how many messages the page had shown, or -1
-// when the user chose one.
-func (c *console) act(w http.ResponseWriter, r *http.Request, line *auditLine, ids []uuid.UUID, shown int, back string) {
-	action, _ := strings.CutSuffix(line.action, "-matching")
-	var call func(context.Context, ...uuid.UUID) (int, error)
-	switch action {
-	case "retry":
-		call = c.admin.RetryDead
-	case "discard":
-		call = c.admin.DiscardDead
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	done, left := 0, ids
-	defer func() { line.changed = done }()
-	if action == "retry" && len(ids) > 0 {
-		// The console has no --force: a retry that would break a key's
-		// order is the CLI's, where the count is spelt out. A store that
-		// can looks at the counts in the step that retries, all ids at
-		// once, so that it retries them all or none.
-		var err error
-		if keepOrder, ok := c.admin.(outboxdriver.KeyOrderRetrier); ok {
-			var overtaken []outbox.Message
-			done, overtaken, err = keepOrder.RetryDeadUnlessOvertaken(r.Context(), ids, false)
-			if err != nil {
-				c.fail(w, fmt.Errorf("%s: %w", action, err))
-				return
-			}
-			left = nil // retried, or refused, whole
-			err = refuseOvertaken(overtaken)
-		} else {
-			err = deadRetryKeepsKeyOrder(r.Context(), c.admin, ids)
-		}
-		if err != nil {
-			refuseOutOfOrder(w, err, "outbox dead retry --force ID")
-			return
-		}
-	}
-	for start := 0; start < len(left); start += consoleBatch {
-		n, err := call(r.Context(), left[start:min(start+consoleBatch, len(left))]...)
-		done += n
-		if err != nil {
-			c.fail(w, fmt.Errorf("%s: %d of %d done, then: %w", action, done, len(ids), err))
-			return
-		}
-	}
-	result := url.Values{"done": {action}, "n": {strconv.Itoa(done)}}
-	if shown >= 0 {
-		result.Set("of", strconv.Itoa(shown))
-	}
-	sep := "?"
-	if strings.Contains(back, "?") {
-		sep = "&"
-	}
-	http.Redirect(w, r, back+sep+result.Encode(), http.StatusSeeOther)
 }
