@@ -48,6 +48,7 @@ type testStore interface {
 	outboxdriver.Store
 	outboxdriver.Admin
 	outboxdriver.AttemptRecorder
+	outboxdriver.Replayer
 }
 
 // postgresDB returns a migrated table in a fresh schema of the test server.

@@ -98,6 +98,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newDeadCommand(g),
 		newInboxCommand(g),
 		newSendCommand(g),
+		newReplayCommand(g),
 		newConsoleCommand(g),
 		newDemoCommand(),
 		newTopologyCommand(),

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,9 +18,10 @@ func newSendCommand(g *globalFlags) *cobra.Command {
 		headers     []string
 		payload     string
 		payloadFile string
+		expiresIn   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "send --topic T [--key K] [--header k=v]... (--payload TEXT | --payload-file F)",
+		Use:   "send --topic T [--key K] [--header k=v]... [--expires-in D] (--payload TEXT | --payload-file F)",
 		Short: "Write one message by hand (smoke tests, replays)",
 		Long: `send writes one message in its own transaction and prints its id. It also
 NOTIFYs, so relays in other processes wake at once.`,
@@ -55,6 +57,12 @@ NOTIFYs, so relays in other processes wake at once.`,
 				}
 				m.Headers[k] = v
 			}
+			if expiresIn < 0 {
+				return usagef("--expires-in %s: use a positive duration (0: never expires)", expiresIn)
+			}
+			if expiresIn > 0 {
+				m.ExpiresAt = time.Now().Add(expiresIn)
+			}
 			b, err := g.openReady(cmd.Context(), storeMode{notify: true})
 			if err != nil {
 				return err
@@ -73,5 +81,6 @@ NOTIFYs, so relays in other processes wake at once.`,
 	f.StringArrayVar(&headers, "header", nil, "header name=value (repeatable)")
 	f.StringVar(&payload, "payload", "", "message body")
 	f.StringVar(&payloadFile, "payload-file", "", "file holding the message body (- for stdin)")
+	f.DurationVar(&expiresIn, "expires-in", 0, "dead-letter the message as expired instead of publishing it if no relay published it within this time (default: never)")
 	return cmd
 }

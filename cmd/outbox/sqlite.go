@@ -114,6 +114,7 @@ var (
 	_ outboxdriver.RelayRegistry   = (*sqliteDB)(nil)
 	_ outboxdriver.StuckKeyFinder  = (*sqliteDB)(nil)
 	_ outboxdriver.AttemptRecorder = (*sqliteDB)(nil)
+	_ outboxdriver.Replayer        = (*sqliteDB)(nil)
 	_ migrator                     = (*sqliteDB)(nil)
 )
 
@@ -268,6 +269,14 @@ func (d *sqliteDB) PurgeAttempts(ctx context.Context, limit int) (int, error) {
 		return 0, err
 	}
 	return s.PurgeAttempts(ctx, limit)
+}
+
+func (d *sqliteDB) Replay(ctx context.Context, f outboxdriver.ReplayFilter, limit int, dryRun bool) (int, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.Replay(ctx, f, limit, dryRun)
 }
 
 func (d *sqliteDB) StuckKeys(ctx context.Context, olderThan time.Duration, limit int) ([]outboxdriver.StuckKey, int, error) {

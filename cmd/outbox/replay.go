@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+// replayLimitDefault is how many messages one `outbox replay` replays.
+const replayLimitDefault = 10000
+
+func newReplayCommand(g *globalFlags) *cobra.Command {
+	var (
+		f            outboxdriver.ReplayFilter
+		since, until string
+		limit        int
+		dryRun, all  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "replay [ID...] [--topic T] [--key K] [--since TIME] [--until TIME] [--all] [--dry-run] [--limit N]",
+		Short: "Publish again messages already published (kept by --retention), keeping their ids",
+		Long: `replay makes published messages, which relays keep while their --retention lasts, pending again:
+the relays publish them again with the same ids, so consumers with an inbox skip those they had
+applied. Use it for a consumer that lost messages (its database restored from a backup, a bug that
+dropped them). It chooses messages by id, --topic, --key and write time (--since, --until: an RFC
+3339 time, or a duration meaning that long ago, e.g. 2h), all of which must match; --all replays
+every kept message. Run it first with --dry-run, which counts the messages and changes nothing.
+One run replays at most --limit messages, the oldest first; run it again for the rest. In key
+order a key's replayed messages go out before its newer pending ones.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, a := range args {
+				id, err := parseID(a)
+				if err != nil {
+					return err
+				}
+				f.IDs = append(f.IDs, id)
+			}
+			var err error
+			now := time.Now()
+			if f.WrittenFrom, err = timeOrAgo("--since", since, now); err != nil {
+				return err
+			}
+			if f.WrittenBefore, err = timeOrAgo("--until", until, now); err != nil {
+				return err
+			}
+			chosen := len(f.IDs) > 0 || f.Topic != "" || f.Key != "" || since != "" || until != ""
+			switch {
+			case limit <= 0:
+				return usagef("--limit %d: use a positive count", limit)
+			case !chosen && !all:
+				return usagef("choose the messages to replay (ids, --topic, --key, --since, --until), or give --all for every kept message")
+			case chosen && all:
+				return usagef("give --all or a choice of messages, not both")
+			}
+			b, err := g.openReady(cmd.Context(), storeMode{notify: true})
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			replayer, ok := b.admin.(outboxdriver.Replayer)
+			if !ok {
+				return fmt.Errorf("this store cannot replay messages")
+			}
+			matching, err := replayer.Replay(cmd.Context(), f, limit, true)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if matching == 0 {
+				fmt.Fprintln(out, "0 published messages match: only messages published while relays ran with --retention are kept, until it ends")
+				return nil
+			}
+			if dryRun {
+				fmt.Fprintf(out, "%d published message(s) match; without --dry-run, replay publishes up to %d of them again\n", matching, limit)
+				return nil
+			}
+			n, err := replayer.Replay(cmd.Context(), f, limit, false)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%d message(s) pending again, with their ids (consumers with an inbox skip those they applied)\n", n)
+			if rest := matching - n; rest > 0 {
+				fmt.Fprintf(out, "%d more match: run the same command again\n", rest)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Topic, "topic", "", "replay messages of this topic")
+	fl.StringVar(&f.Key, "key", "", "replay messages of this key")
+	fl.StringVar(&since, "since", "", "replay messages written at or after this time (RFC 3339, or a duration ago such as 2h)")
+	fl.StringVar(&until, "until", "", "replay messages written before this time (RFC 3339, or a duration ago)")
+	fl.BoolVar(&all, "all", false, "replay every kept published message")
+	fl.BoolVar(&dryRun, "dry-run", false, "count the messages that match and change nothing")
+	fl.IntVar(&limit, "limit", replayLimitDefault, "replay at most this many messages in one run, the oldest first")
+	return cmd
+}
+
+// timeOrAgo parses a flag's value as an RFC 3339 time or as a duration
+// before now; "" is the zero time.
+func timeOrAgo(flag, v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, usagef("%s %q: give an RFC 3339 time (2026-11-27T10:00:00Z) or a duration ago (90m)", flag, v)
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+func TestReplayPublishesKeptMessagesAgainAfterADryRun(t *testing.T) {
+	t.Parallel()
+	testReplay(t, postgresDB(t))
+}
+
+func TestSQLiteReplayPublishesKeptMessagesAgainAfterADryRun(t *testing.T) {
+	t.Parallel()
+	testReplay(t, sqliteProcessDB(t))
+}
+
+// testReplay publishes three messages and keeps them, as relays with
+// --retention do, then replays two of them by topic: a dry run first, then
+// in runs of --limit 1.
+func testReplay(t *testing.T, db processDB) {
+	ctx := t.Context()
+	msgs := []*outbox.Message{{Topic: "orders", Payload: []byte("1")}, {Topic: "orders", Payload: []byte("2")}, {Topic: "invoices", Payload: []byte("3")}}
+	if err := db.write(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	token := uuid.New()
+	claimed, err := db.store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: token})
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("claim: %d, %v; want 3", len(claimed), err)
+	}
+	if _, err := db.store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{msgs[0].ID, msgs[1].ID, msgs[2].ID}, KeepPublished: true}, outboxdriver.Claim{}); err != nil {
+		t.Fatal(err)
+	}
+	with := func(args ...string) []string { return append(append(args, "--database-url", db.url), db.args...) }
+
+	if code, _, errOut := cli(t, with("replay")...); code != 2 || !strings.Contains(errOut, "--all") {
+		t.Fatalf("replay without a choice: exit %d, %q; want a usage error naming --all", code, errOut)
+	}
+	if out := mustCLI(t, with("replay", "--topic", "orders", "--since", "1h", "--dry-run")...); !strings.Contains(out, "2 published message(s) match") {
+		t.Fatalf("replay --dry-run printed %q; want 2 matching", out)
+	}
+	if st, _ := db.stats(ctx); st.Published != 3 || st.Pending != 0 {
+		t.Fatalf("after the dry run: %+v; want nothing changed", st)
+	}
+	if out := mustCLI(t, with("replay", "--topic", "orders", "--limit", "1")...); !strings.Contains(out, "1 message(s) pending again") || !strings.Contains(out, "1 more match") {
+		t.Fatalf("replay --limit 1 printed %q; want 1 replayed and 1 more", out)
+	}
+	if out := mustCLI(t, with("replay", "--topic", "orders")...); !strings.Contains(out, "1 message(s) pending again") {
+		t.Fatalf("second replay printed %q; want the other one", out)
+	}
+	for _, m := range msgs[:2] {
+		if got, err := db.store.Get(ctx, m.ID); err != nil || got.Status != outbox.StatusPending {
+			t.Fatalf("replayed %s: %+v, %v; want pending with its id", m.ID, got, err)
+		}
+	}
+	if out := mustCLI(t, with("replay", "--topic", "orders")...); !strings.Contains(out, "0 published messages match") {
+		t.Fatalf("a replay with nothing kept printed %q; want it to say so and why", out)
+	}
+	if code, _, errOut := cli(t, with("replay", "--all", "--since", "yesterday")...); code != 2 || !strings.Contains(errOut, `--since "yesterday"`) {
+		t.Fatalf("replay --since yesterday: exit %d, %q; want a usage error naming the flag and value", code, errOut)
+	}
+}
+
+func TestSendExpiresInStampsTheExpiryHeader(t *testing.T) {
+	t.Parallel()
+	db := sqliteProcessDB(t)
+	before := time.Now()
+	out := mustCLI(t, "send", "--database-url", db.url, "--topic", "quotes", "--payload", "{}", "--expires-in", "1h")
+	id, err := uuid.Parse(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("send printed %q; want an id", out)
+	}
+	m, err := db.store.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, ok := outbox.ExpiresAt(&m)
+	if !ok || at.Before(before.Add(time.Hour)) || at.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("the sent message expires at %v (%v, header %q); want an hour after the send", at, ok, m.Headers[outbox.HeaderExpiresAt])
+	}
+	if code, _, errOut := cli(t, "send", "--database-url", db.url, "--topic", "q", "--payload", "{}", "--expires-in", "-1s"); code != 2 || !strings.Contains(errOut, "--expires-in -1s") {
+		t.Fatalf("send --expires-in -1s: exit %d, %q; want a usage error", code, errOut)
+	}
+}
