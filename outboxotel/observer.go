@@ -22,7 +22,7 @@
 //
 //	outbox_messages_published_total{table,topic}
 //	outbox_messages_retried_total{table,topic}
-//	outbox_messages_dead_total{table,topic}
+//	outbox_messages_dead_total{table,topic,class} class: permanent, exhausted or expired
 //	outbox_publish_duration_seconds{table}     histogram, per batch
 //	outbox_claim_duration_seconds{table}       histogram, per exchange with the store
 //	outbox_store_errors_total{table}           failed exchanges
@@ -30,6 +30,9 @@
 //	outbox_oldest_pending_age_seconds{table}   gauge (WatchTable)
 //	outbox_dead_messages{table}                gauge (WatchTable)
 //	outbox_behind_dead_messages{table}         gauge (WatchTable): pending behind a dead message of their key
+//	outbox_live_relays{table}                  gauge (WatchTable): registered relays seen within 3 heartbeats
+//	outbox_last_publish_age_seconds{table}     gauge (WatchTable): since the latest publication of a registered relay
+//	outbox_stuck_keys{table}                   gauge (WatchTable): keys whose head waited past Config.StuckAfter
 //	outbox_relay_ready{table}                  1 while Relay.Ready is nil (WatchRelay)
 //	outbox_inbox_handled_total{consumer}       messages an inbox applied
 //	outbox_inbox_duplicates_total{consumer}    deliveries an inbox skipped
@@ -85,6 +88,9 @@ const (
 	// StatsTimeoutDefault is Config.StatsTimeout when zero: under the
 	// usual scrape timeout of Prometheus (10 s) and OTLP exports (30 s).
 	StatsTimeoutDefault = 3 * time.Second
+	// StuckAfterDefault is Config.StuckAfter when zero: the default of
+	// `outbox status --stuck-after`.
+	StuckAfterDefault = 5 * time.Minute
 )
 
 // Config configures an Observer. The zero value uses the global providers
@@ -103,6 +109,10 @@ type Config struct {
 	// and how long a collection waits for it; past it the gauges show the
 	// last values read. Default StatsTimeoutDefault.
 	StatsTimeout time.Duration
+	// StuckAfter is how long a key's head must have waited for WatchTable
+	// to count the key in outbox.stuck.keys, as `outbox status
+	// --stuck-after` does. Default StuckAfterDefault.
+	StuckAfter time.Duration
 }
 
 // Observer is an outbox.Observer that records metrics and spans.
@@ -156,6 +166,9 @@ func NewObserver(cfg Config) (*Observer, error) {
 	}
 	if cfg.StatsTimeout <= 0 {
 		cfg.StatsTimeout = StatsTimeoutDefault
+	}
+	if cfg.StuckAfter <= 0 {
+		cfg.StuckAfter = StuckAfterDefault
 	}
 	o := &Observer{cfg: cfg, meter: cfg.MeterProvider.Meter(scope), tracer: cfg.TracerProvider.Tracer(scope)}
 	var errs []error
@@ -226,16 +239,29 @@ func (o *Observer) Publishing(ctx context.Context, table string, batch []outbox.
 	}
 }
 
-// Settled counts the message's outcome.
-func (o *Observer) Settled(ctx context.Context, table string, m *outbox.Message, outcome outbox.Outcome, _ error) {
-	attrs := o.attrSet("table", table, "topic", m.Topic)
+// Settled counts the message's outcome; a dead message by its class too.
+func (o *Observer) Settled(ctx context.Context, table string, m *outbox.Message, outcome outbox.Outcome, err error) {
 	switch outcome {
 	case outbox.OutcomePublished:
-		o.published.Add(ctx, 1, attrs)
+		o.published.Add(ctx, 1, o.attrSet("table", table, "topic", m.Topic))
 	case outbox.OutcomeRetried:
-		o.retried.Add(ctx, 1, attrs)
+		o.retried.Add(ctx, 1, o.attrSet("table", table, "topic", m.Topic))
 	case outbox.OutcomeDead:
-		o.dead.Add(ctx, 1, attrs)
+		o.dead.Add(ctx, 1, o.attrSet("table", table, "topic", m.Topic, "class", string(deadClass(err))))
+	}
+}
+
+// deadClass is the class of a dead letter as the relay records it in the
+// history of attempts (and `outbox dead groups` shows it): expired,
+// permanent, or a retryable error on the last attempt allowed.
+func deadClass(err error) outboxdriver.AttemptClass {
+	switch {
+	case errors.Is(err, outbox.ErrExpired):
+		return outboxdriver.ClassExpired
+	case outbox.IsPermanent(err):
+		return outboxdriver.ClassPermanent
+	default:
+		return outboxdriver.ClassExhausted
 	}
 }
 
@@ -289,40 +315,6 @@ func (o *Observer) Handled(ctx context.Context, consumer string, applied bool, e
 	case err == nil:
 		o.inboxDuplicates.Add(ctx, 1, attrs)
 	}
-}
-
-// WatchTable registers the gauges of one table: pending messages, the age of
-// the oldest pending one, dead messages. They read store's Stats at most once
-// per Config.StatsCacheFor, one read at a time, bounded by
-// Config.StatsTimeout; when a read fails or is late they show the last values
-// read (none before the first) and report the error to otel.Handle.
-// Unregister the returned registration to stop.
-func (o *Observer) WatchTable(store outboxdriver.Admin, table string) (metric.Registration, error) {
-	pending, err1 := o.meter.Int64ObservableGauge("outbox.pending.messages", metric.WithDescription("Messages waiting to be published, in flight included."), metric.WithUnit("{message}"))
-	oldest, err2 := o.meter.Float64ObservableGauge("outbox.oldest_pending.age", metric.WithDescription("Age of the oldest pending message: the relay's lag."), metric.WithUnit("s"))
-	dead, err3 := o.meter.Int64ObservableGauge("outbox.dead.messages", metric.WithDescription("Dead-lettered messages."), metric.WithUnit("{message}"))
-	behind, err4 := o.meter.Int64ObservableGauge("outbox.behind_dead.messages", metric.WithDescription("Pending messages that wait, in key order, behind a dead message of their key until it is retried or discarded."), metric.WithUnit("{message}"))
-	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return nil, fmt.Errorf("outboxotel: create gauges: %w", err)
-	}
-	stats := newCache(o, "the table's stats", store.Stats)
-	attrs := metric.WithAttributes(attribute.String("table", table))
-	return o.meter.RegisterCallback(func(ctx context.Context, obs metric.Observer) error {
-		st, ok, err := stats.get(ctx)
-		if err != nil {
-			// Not returned: a periodic reader drops the whole export, the
-			// relay's counters too, when a callback fails.
-			otel.Handle(fmt.Errorf("outboxotel: table %s: %w", table, err))
-		}
-		if !ok {
-			return nil
-		}
-		obs.ObserveInt64(pending, st.Pending, attrs)
-		obs.ObserveFloat64(oldest, st.OldestPending.Seconds(), attrs)
-		obs.ObserveInt64(dead, st.Dead, attrs)
-		obs.ObserveInt64(behind, st.BehindDead, attrs)
-		return nil
-	}, pending, oldest, dead, behind)
 }
 
 // w3c is the propagator of message headers: W3C trace context and baggage,

@@ -126,7 +126,7 @@ func TestOutcomesAndDurationsAreCountedByTableAndTopic(t *testing.T) {
 	}{
 		{"outbox.messages.published", byTopic, 1},
 		{"outbox.messages.retried", byTopic, 2},
-		{"outbox.messages.dead", byTopic, 1},
+		{"outbox.messages.dead", attrs("table", "public.outbox", "topic", "orders", "class", "exhausted"), 1},
 		{"outbox.store.errors", byTable, 1},
 		{"outbox.claim.duration", byTable, 2},   // observations
 		{"outbox.publish.duration", byTable, 1}, // observations
