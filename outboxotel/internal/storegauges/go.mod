@@ -1,0 +1,50 @@
+module github.com/go-outbox/outbox/outboxotel/internal/storegauges
+
+go 1.26.0
+
+replace (
+	github.com/go-outbox/outbox => ../../..
+	github.com/go-outbox/outbox/internal/pgtest => ../../../internal/pgtest
+	github.com/go-outbox/outbox/outboxotel => ../..
+	github.com/go-outbox/outbox/outboxpg => ../../../outboxpg
+	github.com/go-outbox/outbox/outboxsqlite => ../../../outboxsqlite
+)
+
+require (
+	github.com/go-outbox/outbox v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/pgtest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxotel v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxpg v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxsqlite v0.0.0-00010101000000-000000000000
+	github.com/google/uuid v1.6.0
+	github.com/jackc/pgx/v5 v5.12.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/dustin/go-humanize v1.0.1 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/ncruces/go-strftime v1.0.0 // indirect
+	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+	modernc.org/libc v1.77.1 // indirect
+	modernc.org/mathutil v1.7.1 // indirect
+	modernc.org/memory v1.12.1 // indirect
+	modernc.org/sqlite v1.60.1 // indirect
+)
