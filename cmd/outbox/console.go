@@ -41,6 +41,11 @@ const (
 	consoleRows = 200
 	// consoleBatch is how many ids one retry or discard call takes.
 	consoleBatch = 1000
+	// consoleStuckAfter is the default of --stuck-after, as for `outbox
+	// status`.
+	consoleStuckAfter = 5 * time.Minute
+	// consoleStuckKeys is how many stuck keys the overview lists.
+	consoleStuckKeys = 10
 )
 
 func newConsoleCommand(g *globalFlags) *cobra.Command {
@@ -50,16 +55,23 @@ func newConsoleCommand(g *globalFlags) *cobra.Command {
 		authValues     []string
 		inboxTableName string
 		readOnly       bool
+		stuckAfter     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "console",
 		Short: "Serve a web page to watch the table and handle dead letters",
-		Long: `console serves a web page on --addr: the table's counts (pending, in flight, dead,
-oldest pending age) and its dead letters, which it filters by topic and error text, shows one
-by one (headers, payload as JSON or hex) and retries or discards, one or every match of a filter;
+		Long: `console serves a web page on --addr. Its overview is what on-call opens first: a warning at
+the top for each thing wrong (messages pending and no live relay; no progress; keys stuck past
+--stuck-after; dead messages), the table's counts (pending, in flight, dead, oldest pending age),
+the relays (live, or GONE once they missed three heartbeats) and the stuck keys with what holds
+each. Its dead letters are grouped by how they failed (topic, class, error with ids and numbers
+masked; the whole error shown), each group retried or discarded whole; they are filtered by
+topic, error text or group, shown one by one (headers, payload as JSON or hex, the history of
+failed attempts, the whole last error) and retried or discarded, one or every match of a filter;
 and, with --inbox-table, the consumers of the inbox table: their records, the duplicates they
-skipped, those kept for pending outgoing messages and the messages they parked, which it lists and
-hands back to the running consumer.
+skipped, those kept for pending outgoing messages and the messages they parked, which it lists,
+shows one by one (payload, headers, error, where each stands in its key), hands back to the
+running consumer or discards.
 
 It listens on 127.0.0.1 by default, where it asks for no login. To serve it on another address,
 give --auth, or it refuses to start:
@@ -84,11 +96,15 @@ given with --allow-host (say, the name your proxy forwards), so that a site whos
 points at 127.0.0.1 (DNS rebinding) cannot read it. Every change is a POST carrying a token of
 the page and sent from the console's own page (Origin, Sec-Fetch-Site), so another site cannot
 make a browser retry or discard messages. "Every match" acts only on the matches the page
-counted, not on messages that died since.`,
+counted, not on messages that died since; a group's retry or discard is refused if the group
+changed since the page was read.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Flags first, then the address, then the database: a console
 			// that would be open to all is refused before it listens.
+			if stuckAfter <= 0 {
+				return usagef("--stuck-after %s: use a positive duration, e.g. 5m", stuckAfter)
+			}
 			auth, err := parseConsoleAuth(authValues)
 			if err != nil {
 				return err
@@ -128,7 +144,7 @@ counted, not on messages that died since.`,
 				ln.Close()
 				return err
 			}
-			c.auth, c.readOnly = auth, readOnly
+			c.auth, c.readOnly, c.stuckAfter = auth, readOnly, stuckAfter
 			// Beyond loopback, a client that opens connections and sends
 			// nothing must not keep them.
 			srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
@@ -151,6 +167,7 @@ counted, not on messages that died since.`,
 	cmd.Flags().StringArrayVar(&allowHosts, "allow-host", nil, "also answer requests addressed to this host name (repeatable), e.g. the name of your proxy; IP addresses and localhost always work")
 	cmd.Flags().StringArrayVar(&authValues, "auth", nil, "ask for credentials: basic:HTPASSWD-FILE (users and bcrypt hashes, htpasswd -B; for browsers), bearer:TOKEN-FILE (one token; for scripts), both (repeat the flag), or none; required unless --addr is a loopback address")
 	cmd.Flags().BoolVar(&readOnly, "read-only", false, "show the tables but refuse every retry and discard (403)")
+	cmd.Flags().DurationVar(&stuckAfter, "stuck-after", consoleStuckAfter, "a key whose head waited longer is stuck, and pending messages this old with nothing published for as long are no progress (as for outbox status)")
 	return cmd
 }
 
@@ -163,7 +180,11 @@ type console struct {
 	inbox    inboxTable      // nil without --inbox-table
 	log      *slog.Logger
 	readOnly bool // --read-only: every change is refused
-	table    string
+	// stuckAfter is --stuck-after: a key whose head waited longer is
+	// stuck, and pending messages this old with nothing published for as
+	// long are no progress.
+	stuckAfter time.Duration
+	table      string
 }
 
 // newConsole returns the console of a table; it answers requests addressed
@@ -174,7 +195,7 @@ func newConsole(admin outboxdriver.Admin, inbox inboxTable, table string, log *s
 	if _, err := rand.Read(token[:]); err != nil {
 		return nil, err
 	}
-	c := &console{admin: admin, inbox: inbox, table: table, log: log, csrf: hex.EncodeToString(token[:]), hosts: map[string]bool{}}
+	c := &console{admin: admin, inbox: inbox, table: table, log: log, csrf: hex.EncodeToString(token[:]), hosts: map[string]bool{}, stuckAfter: consoleStuckAfter}
 	for _, h := range hosts {
 		c.hosts[hostName(h)] = true
 	}
