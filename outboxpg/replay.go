@@ -12,7 +12,7 @@ import (
 var _ outboxdriver.Replayer = (*Store)(nil)
 
 // replayMatch selects the kept published messages a ReplayFilter chooses:
-// $1 topic, $2 key, $3 and $4 the CreatedAt bounds, $5 ids ('' and NULL
+// $1 topic, $2 key, $3 and $4 the CreatedAt bounds, $5 ids (” and NULL
 // and an empty array match all).
 const replayMatch = `status = 'published'
 	AND ($1 = '' OR topic = $1) AND ($2 = '' OR key = $2)
