@@ -16,7 +16,8 @@ type consumerReady struct{ err error }
 
 func (r *consumerReady) Ready() error { return r.err }
 
-// Serve answers /readyz with the consumers that do not consume, and why.
+// Serve answers /readyz with what each check checks, and why the consumers
+// that do not consume fail it.
 func ExampleServe() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -41,6 +42,8 @@ func ExampleServe() {
 	billing.err = nil // the queue declared: the consumer consumes
 	readyz()
 	// Output:
-	// 503 billing: queue billing not found; declare it
-	// 200 ready
+	// 503 not ready: 1 of 1 check fails
+	// billing: FAILING: queue billing not found; declare it (checks: consumer billing is connected and consuming, its adapter's Readiness)
+	// 200 ready: 1 check passes
+	// billing: ok (checks: consumer billing is connected and consuming, its adapter's Readiness)
 }

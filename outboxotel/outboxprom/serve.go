@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,8 +51,8 @@ type Config struct {
 	// MeterProvider nil: Serve makes the provider /metrics exports (use
 	// Server.MeterProvider for the application's own instruments).
 	Observer outboxotel.Config
-	// Ready are more checks of /readyz, by name (a relay's: "relay":
-	// relay.Ready); Server.AddReady adds one later.
+	// Ready are more checks of /readyz, by name; Server.AddReady adds
+	// one later, Server.WatchRelay a relay's.
 	Ready map[string]func() error
 	// Registry, if set, is the Prometheus registry the metrics are
 	// registered with and /metrics serves, so that the application's own
@@ -63,8 +62,8 @@ type Config struct {
 
 // Server serves, over HTTP, the Prometheus metrics of its Observer
 // (/metrics), that the process answers (/healthz) and whether every
-// readiness check passes (/readyz: 200 "ready", or 503 with a line
-// "name: reason" per failing check).
+// readiness check passes (/readyz: 200 or 503, with a line per check that
+// says what it checks and, when it fails, why).
 type Server struct {
 	listener net.Listener
 	log      *slog.Logger
@@ -73,7 +72,7 @@ type Server struct {
 	registry *prometheus.Registry
 
 	mu      sync.Mutex
-	checks  map[string]func() error
+	checks  map[string]check
 	closed  bool
 	started bool
 	server  *http.Server
@@ -114,13 +113,13 @@ func Listen(addr string, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{log: cmp.Or(cfg.Logger, slog.Default()), observer: obs, provider: provider, registry: registry, checks: map[string]func() error{}}
+	s := &Server{log: cmp.Or(cfg.Logger, slog.Default()), observer: obs, provider: provider, registry: registry, checks: map[string]check{}}
 	names := make([]string, 0, len(cfg.Consumers))
 	for name, ready := range cfg.Consumers {
 		if _, err := obs.WatchConsumer(ready, name); err != nil {
 			return nil, err
 		}
-		s.checks[name] = ready.Ready
+		s.checks[name] = check{ready: ready.Ready, what: "consumer " + name + " is connected and consuming, its adapter's Readiness"}
 		names = append(names, name)
 	}
 	if cfg.Inbox != nil {
@@ -129,8 +128,8 @@ func Listen(addr string, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	for name, check := range cfg.Ready {
-		s.checks[name] = check
+	for name, ready := range cfg.Ready {
+		s.checks[name] = check{ready: ready}
 	}
 	if s.listener, err = net.Listen("tcp", addr); err != nil {
 		return nil, fmt.Errorf("outboxprom: serve metrics on %s: %w (pick a free port, e.g. 127.0.0.1:9464)", addr, err)
@@ -158,44 +157,6 @@ func (s *Server) Start(ctx context.Context) {
 		}
 	}()
 	context.AfterFunc(ctx, func() { _ = s.Close() })
-}
-
-// readyz answers 200 if every check passes, else 503 with the failing ones.
-func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	s.mu.Lock()
-	names := slices.Sorted(func(yield func(string) bool) {
-		for name := range s.checks {
-			if !yield(name) {
-				return
-			}
-		}
-	})
-	checks := make([]func() error, len(names))
-	for i, name := range names {
-		checks[i] = s.checks[name]
-	}
-	s.mu.Unlock()
-	var failing strings.Builder
-	for i, check := range checks {
-		if err := check(); err != nil {
-			fmt.Fprintf(&failing, "%s: %v\n", names[i], err)
-		}
-	}
-	if failing.Len() > 0 {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprint(w, failing.String())
-		return
-	}
-	fmt.Fprintln(w, "ready")
-}
-
-// AddReady adds a check to /readyz, or replaces the one of that name.
-func (s *Server) AddReady(name string, check func() error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.checks[name] = check
 }
 
 // Addr is the address the server listens on.

@@ -179,7 +179,7 @@ func TestServeShowsAConsumersParkedMessagesHandledCountAndReadiness(t *testing.T
 	consume.Handle(ctx, cfg, delivery{fine}, apply)
 
 	waitGet(t, srv, "/readyz", "/readyz to answer 200 once the consumer consumes", func(code int, body string) bool {
-		return code == http.StatusOK && body == "ready\n"
+		return code == http.StatusOK && strings.HasPrefix(body, "ready: 1 check passes\nbilling: ok (checks: ")
 	})
 	want := map[string]*regexp.Regexp{
 		"one parked message": regexp.MustCompile(`(?m)^outbox_inbox_parked_messages\{[^}]*consumer="billing"[^}]*\} 1$`),
@@ -220,8 +220,8 @@ func TestServeRunsAReadinessCheckAddedAfterItStarted(t *testing.T) {
 	}
 	r := &ready{err: errors.New("store unreachable")}
 	srv.AddReady("relay", r.Ready)
-	if code, body := get(t, srv, "/readyz"); code != http.StatusServiceUnavailable || body != "relay: store unreachable\n" {
-		t.Fatalf("/readyz with a failing check = %d %q, want 503 \"relay: store unreachable\"", code, body)
+	if code, body := get(t, srv, "/readyz"); code != http.StatusServiceUnavailable || body != "not ready: 1 of 1 check fails\nrelay: FAILING: store unreachable\n" {
+		t.Fatalf("/readyz with a failing check = %d %q, want 503 \"relay: FAILING: store unreachable\"", code, body)
 	}
 	r.set(nil)
 	if code, _ := get(t, srv, "/readyz"); code != http.StatusOK {
