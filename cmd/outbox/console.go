@@ -211,6 +211,8 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("POST /dead/{id}/discard", c.change("discard", c.actOnOne))
 	mux.HandleFunc("POST /dead/retry-matching", c.change("retry-matching", c.actOnMatches))
 	mux.HandleFunc("POST /dead/discard-matching", c.change("discard-matching", c.actOnMatches))
+	mux.HandleFunc("POST /dead/groups/retry", c.change("retry-group", c.actOnGroup))
+	mux.HandleFunc("POST /dead/groups/discard", c.change("discard-group", c.actOnGroup))
 	mux.HandleFunc("GET /inbox", c.inboxPage)
 	mux.HandleFunc("GET /inbox/parked", c.parkedPage)
 	mux.HandleFunc("POST /inbox/parked/retry", c.change("retry-parked", c.retryParked))

@@ -21,21 +21,50 @@ import (
 	"github.com/go-outbox/outbox/outboxdriver"
 )
 
-// deadFilter selects dead messages by exact topic and error text.
-type deadFilter struct{ topic, query string }
+// deadFilter selects dead messages by exact topic, error text and group
+// (of groupDead).
+type deadFilter struct{ topic, query, group string }
 
 func filterOf(v url.Values) deadFilter {
-	return deadFilter{topic: strings.TrimSpace(v.Get("topic")), query: strings.TrimSpace(v.Get("q"))}
+	return deadFilter{topic: strings.TrimSpace(v.Get("topic")), query: strings.TrimSpace(v.Get("q")), group: strings.TrimSpace(v.Get("group"))}
 }
 
-func (f deadFilter) match(m outbox.Message) bool {
+// match reports whether m passes the topic and error filters; members, when
+// the filter names a group, are its messages.
+func (f deadFilter) match(m outbox.Message, members map[uuid.UUID]bool) bool {
 	return (f.topic == "" || m.Topic == f.topic) &&
-		(f.query == "" || strings.Contains(strings.ToLower(m.LastError), strings.ToLower(f.query)))
+		(f.query == "" || strings.Contains(strings.ToLower(m.LastError), strings.ToLower(f.query))) &&
+		(f.group == "" || members[m.ID])
+}
+
+// values is f as a query string's values, for links back to the list.
+func (f deadFilter) values() url.Values {
+	v := url.Values{"topic": {f.topic}, "q": {f.query}}
+	if f.group != "" {
+		v.Set("group", f.group)
+	}
+	return v
 }
 
 // matches reads up to consoleScanLimit dead messages and returns those f
-// selects, and whether it stopped at the limit.
-func (c *console) matches(ctx context.Context, f deadFilter) (found []outbox.Message, scanned int, truncated bool, err error) {
+// selects, and whether it stopped at the limit. A group is found among
+// groups, or read when groups is nil.
+func (c *console) matches(ctx context.Context, f deadFilter, groups []*deadGroup) (found []outbox.Message, scanned int, truncated bool, err error) {
+	members := map[uuid.UUID]bool{}
+	if f.group != "" {
+		if groups == nil {
+			if groups, _, err = groupDead(ctx, c.admin); err != nil {
+				return nil, 0, false, err
+			}
+		}
+		for _, g := range groups {
+			if g.ID == f.group {
+				for _, id := range g.IDs {
+					members[id] = true
+				}
+			}
+		}
+	}
 	after := uuid.Nil
 	for scanned < consoleScanLimit {
 		page, err := c.admin.ListDead(ctx, after, min(500, consoleScanLimit-scanned))
@@ -43,7 +72,7 @@ func (c *console) matches(ctx context.Context, f deadFilter) (found []outbox.Mes
 			return nil, scanned, false, err
 		}
 		for _, m := range page {
-			if f.match(m) {
+			if f.match(m, members) {
 				found = append(found, m)
 			}
 		}
@@ -56,21 +85,36 @@ func (c *console) matches(ctx context.Context, f deadFilter) (found []outbox.Mes
 	return found, scanned, true, nil
 }
 
+// deadList shows the dead letters grouped by how they failed, each group
+// with its retry and discard, then the messages that match the filter.
 func (c *console) deadList(w http.ResponseWriter, r *http.Request) {
 	f := filterOf(r.URL.Query())
-	found, scanned, truncated, err := c.matches(r.Context(), f)
+	groups, groupsTruncated, err := groupDead(r.Context(), c.admin)
 	if err != nil {
 		c.fail(w, err)
 		return
 	}
+	found, scanned, truncated, err := c.matches(r.Context(), f, groups)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	lines := make([]groupLine, 0, len(groups))
+	for _, g := range groups {
+		lines = append(lines, groupLine{deadGroup: g, Members: membersDigest(g.IDs)})
+	}
 	rows := found[:min(len(found), consoleRows)]
 	c.render(w, "dead", struct {
 		page
-		Topic, Query, Seen string
-		Rows               []outbox.Message
-		Matches, Scanned   int
-		Truncated          bool
-	}{c.page(r, "Dead letters"), f.topic, f.query, seenField(found), rows, len(found), scanned, truncated})
+		Topic, Query, Group, Seen string
+		Groups                    []groupLine
+		GroupsTruncated           bool
+		GroupScanLimit            int
+		Rows                      []outbox.Message
+		Matches, Scanned          int
+		Truncated                 bool
+	}{c.page(r, "Dead letters"), f.topic, f.query, f.group, seenField(found), lines, groupsTruncated, deadGroupScanLimit,
+		rows, len(found), scanned, truncated})
 }
 
 // seenField lists the ids of the matches a page counted, for its "every
@@ -115,11 +159,24 @@ func (c *console) message(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kind, payload := showPayload(m.Payload)
+	var (
+		history      []outboxdriver.Attempt
+		historyError string
+	)
+	if rec, ok := c.admin.(outboxdriver.AttemptRecorder); !ok {
+		historyError = "this store keeps no history of failed attempts"
+	} else if history, err = rec.Attempts(r.Context(), id); err != nil {
+		// The page still shows the message: a table migrated before the
+		// history existed has none (outbox migrate up adds it).
+		historyError = err.Error()
+	}
 	c.render(w, "message", struct {
 		page
 		M                    outbox.Message
 		PayloadKind, Payload string
-	}{c.page(r, m.ID.String()), m, kind, payload})
+		History              []outboxdriver.Attempt
+		HistoryError         string
+	}{c.page(r, m.ID.String()), m, kind, payload, history, historyError})
 }
 
 // showPayload renders a payload: indented JSON, text, or a hex dump.
@@ -148,6 +205,9 @@ func (c *console) actOnOne(w http.ResponseWriter, r *http.Request, line *auditLi
 func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request, line *auditLine) {
 	f := filterOf(r.PostForm)
 	line.add(slog.String("topic", f.topic), slog.String("q", f.query))
+	if f.group != "" {
+		line.add(slog.String("group", f.group))
+	}
 	seen, err := seenIDs(r.PostForm.Get("seen"))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -155,7 +215,7 @@ func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request, line *aud
 	}
 	// The matches now, of which only those the page showed: the filter
 	// still holds for them and they are still dead.
-	found, _, _, err := c.matches(r.Context(), f)
+	found, _, _, err := c.matches(r.Context(), f, nil)
 	if err != nil {
 		c.fail(w, err)
 		return
@@ -167,7 +227,7 @@ func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request, line *aud
 		}
 	}
 	line.add(slog.Int("shown", len(seen)), slog.Int("messages", len(ids)))
-	c.act(w, r, line, ids, len(seen), "/dead?"+url.Values{"topic": {f.topic}, "q": {f.query}}.Encode())
+	c.act(w, r, line, ids, len(seen), "/dead?"+f.values().Encode())
 }
 
 // act retries or discards ids, as line.action says, in batches (a retry
@@ -175,7 +235,7 @@ func (c *console) actOnMatches(w http.ResponseWriter, r *http.Request, line *aud
 // with what it did; shown is how many messages the page had shown, or -1
 // when the user chose one.
 func (c *console) act(w http.ResponseWriter, r *http.Request, line *auditLine, ids []uuid.UUID, shown int, back string) {
-	action, _ := strings.CutSuffix(line.action, "-matching")
+	action, _, _ := strings.Cut(line.action, "-") // retry-matching, discard-group...
 	var call func(context.Context, ...uuid.UUID) (int, error)
 	switch action {
 	case "retry":
