@@ -215,7 +215,9 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("POST /dead/groups/discard", c.change("discard-group", c.actOnGroup))
 	mux.HandleFunc("GET /inbox", c.inboxPage)
 	mux.HandleFunc("GET /inbox/parked", c.parkedPage)
+	mux.HandleFunc("GET /inbox/parked/{id}", c.parkedMessage)
 	mux.HandleFunc("POST /inbox/parked/retry", c.change("retry-parked", c.retryParked))
+	mux.HandleFunc("POST /inbox/parked/discard", c.change("discard-parked", c.discardParked))
 	// The form token stops forms posted from other sites; this stops them
 	// earlier, by what the browser says of the form's origin, in case a
 	// token ever leaks.
@@ -265,7 +267,7 @@ func (c *console) page(r *http.Request, title string) page {
 // consoleVerbs are the changes a form can ask for, and how a page announces
 // them.
 var consoleVerbs = map[string]string{"retry": "pending again", "discard": "discarded",
-	"retry-parked": "to be handled again by the running consumer"}
+	"retry-parked": "to be handled again by the running consumer", "discard-parked": "discarded"}
 
 // flash is the announcement of the change a POST redirected from: done names
 // the change, n how many messages it changed, and of, for every match of a

@@ -119,14 +119,10 @@ func (c *console) retryParked(w http.ResponseWriter, r *http.Request, line *audi
 		http.Error(w, "name the consumer", http.StatusBadRequest)
 		return
 	}
-	var ids []uuid.UUID
-	for _, v := range r.PostForm["id"] {
-		id, err := uuid.Parse(v)
-		if err != nil {
-			http.Error(w, "not a message id: "+strconv.Quote(v), http.StatusBadRequest)
-			return
-		}
-		ids = append(ids, id)
+	ids, err := parkedIDs(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
 	}
 	line.ids(ids)
 	if len(ids) == 0 {
