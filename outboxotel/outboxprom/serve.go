@@ -5,6 +5,8 @@
 //	srv, err := outboxprom.Serve(ctx, "127.0.0.1:9464", outboxprom.Config{
 //		Consumers: map[string]outboxotel.Readier{"billing": ready}, Inbox: table})
 //	inbox.Observe(srv.Observer()) // and ConsumerConfig.Observer, outbox.Config.Observer
+//	srv.WatchRelay(relay, store.Name())            // outbox_relay_ready, a check of /readyz
+//	srv.Observer().WatchTable(store, store.Name()) // the table's gauges
 //
 // It is a package apart from outboxotel so that an application exporting
 // with OTLP builds without the Prometheus client.
