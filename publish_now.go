@@ -45,11 +45,11 @@ func (r *Relay) PublishNow(ctx context.Context, ids ...uuid.UUID) (published int
 	if len(batch) == 0 {
 		return 0, nil
 	}
-	settle, failures, _ := r.publish(ctx, token, batch, claimed, errorPauseMin)
+	settle, notes, _ := r.publish(ctx, token, batch, claimed, errorPauseMin)
 	if !r.record(ctx, r.log, settle) {
 		return 0, fmt.Errorf("outbox: the outcomes of %d message(s) published at once could not be recorded; those published go out again after their lease", len(batch))
 	}
-	r.recordAttempts(ctx, failures)
+	r.recordAttempts(ctx, notes)
 	return len(settle.Published), nil
 }
 

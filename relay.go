@@ -243,9 +243,9 @@ func (r *Relay) work(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
 	var (
 		settle outboxdriver.Settlement
-		// failures are the failed attempts settle records, for the
-		// history, once the store has taken settle.
-		failures []outboxdriver.Attempt
+		// notes are what settle changes in the history of attempts,
+		// written once the store has taken settle.
+		notes attemptNotes
 		// settleBy is when the lease of settle's messages ends: after it,
 		// another relay may have claimed and published them again, so
 		// recording settle is no longer worth a wait.
@@ -292,8 +292,8 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		}
 		retry.Reset()
 		settle = outboxdriver.Settlement{}
-		r.recordAttempts(ctx, failures)
-		failures = nil
+		r.recordAttempts(ctx, notes)
+		notes = attemptNotes{}
 		if stopping {
 			return
 		}
@@ -315,7 +315,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		}
 		var unavailable bool
 		settleBy = claimed.Add(r.cfg.LeaseDuration)
-		settle, failures, unavailable = r.publish(ctx, claim.Token, batch, claimed, outage.Next())
+		settle, notes, unavailable = r.publish(ctx, claim.Token, batch, claimed, outage.Next())
 		r.busy.Add(-1)
 		if len(settle.Published) > 0 {
 			r.lastWork.published.Store(time.Now().UnixNano())
@@ -328,8 +328,8 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			log.Warn("outbox relay: destination unavailable; messages postponed without counting an attempt", slog.Duration("pause", outage.Next()))
 			if r.record(ctx, log, settle) {
 				settle = outboxdriver.Settlement{}
-				r.recordAttempts(ctx, failures)
-				failures = nil
+				r.recordAttempts(ctx, notes)
+				notes = attemptNotes{}
 			}
 			outage.Sleep(ctx, r.stopping)
 		} else {

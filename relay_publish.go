@@ -20,7 +20,7 @@ import (
 // key's run, in key order), go back untried. None of these counts an
 // attempt. A batch holds a key's messages in insert order (the store's
 // claim sees to it in key order), and publishers keep that order.
-func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, claimed time.Time, pause time.Duration) (settle outboxdriver.Settlement, failures []outboxdriver.Attempt, unavailable bool) {
+func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, claimed time.Time, pause time.Duration) (settle outboxdriver.Settlement, notes attemptNotes, unavailable bool) {
 	// Stop publishing before the lease ends, so no other relay can claim a
 	// message this one is still publishing. The lease counts from the
 	// claim, not from its answer, which a slow database can delay.
@@ -32,7 +32,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 		for i := range batch {
 			r.cfg.Observer.Settled(ctx, r.store.Name(), &batch[i], OutcomeReleased, nil)
 		}
-		return outboxdriver.Settlement{}, nil, false
+		return outboxdriver.Settlement{}, attemptNotes{}, false
 	}
 	pubCtx, cancel := context.WithDeadline(ctx, deadline)
 	pubCtx, observed := r.cfg.Observer.Publishing(pubCtx, r.store.Name(), batch)
@@ -65,6 +65,9 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 		case err == nil:
 			outcome = OutcomePublished
 			settle.Published = append(settle.Published, m.ID)
+			if m.Attempts > 0 {
+				notes.published = append(notes.published, m.ID)
+			}
 		case aborted && !IsPermanent(err):
 			outcome = OutcomeReleased
 			release = append(release, m.ID)
@@ -85,13 +88,13 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 		case IsPermanent(err):
 			outcome = OutcomeDead
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: err.Error()})
-			failures = append(failures, failedAttempt(m, err, outboxdriver.AttemptDead, permanentClass(err)))
+			notes.failed = append(notes.failed, failedAttempt(m, err, outboxdriver.AttemptDead, permanentClass(err)))
 			r.log.Warn("outbox relay: message dead-lettered (permanent error)", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		case m.Attempts+1 >= r.cfg.MaxAttempts:
 			outcome = OutcomeDead
 			msg := fmt.Sprintf("attempt %d of %d: %v", m.Attempts+1, r.cfg.MaxAttempts, err)
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: msg})
-			failures = append(failures, failedAttempt(m, err, outboxdriver.AttemptDead, outboxdriver.ClassExhausted))
+			notes.failed = append(notes.failed, failedAttempt(m, err, outboxdriver.AttemptDead, outboxdriver.ClassExhausted))
 			r.log.Warn("outbox relay: message dead-lettered (attempts exhausted)", slog.String("message_id", m.ID.String()), slog.String("topic", m.Topic), slog.Any("error", err))
 		default:
 			outcome = OutcomeRetried
@@ -100,7 +103,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 				delay = max(delay, after) // the destination said when to come back
 			}
 			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: delay, Error: err.Error()})
-			failures = append(failures, failedAttempt(m, err, outboxdriver.AttemptRetried, outboxdriver.ClassRetryable))
+			notes.failed = append(notes.failed, failedAttempt(m, err, outboxdriver.AttemptRetried, outboxdriver.ClassRetryable))
 		}
 		if err != nil && outcome != OutcomeDead && !keyFailed {
 			failed[m.Key] = lastDelay(&settle, m.ID)
@@ -110,7 +113,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 	if len(release) > 0 {
 		r.releaseIDs(ctx, token, release)
 	}
-	return settle, failures, unavailable
+	return settle, notes, unavailable
 }
 
 // holdBack records m, which was not tried (err says why), to go back

@@ -21,11 +21,15 @@ type AttemptRecorder interface {
 	RecordAttempts(ctx context.Context, attempts []Attempt) error
 	// Attempts returns the recorded attempts of message id, oldest first.
 	Attempts(ctx context.Context, id uuid.UUID) ([]Attempt, error)
+	// ForgetAttempts deletes the records of messages ids: a relay forgets
+	// a message's failures once it is published.
+	ForgetAttempts(ctx context.Context, ids []uuid.UUID) error
 	// LastFailures returns, for each of ids with a recorded attempt, the
 	// time of its last one: when a dead message died.
 	LastFailures(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]time.Time, error)
 	// PurgeAttempts deletes up to limit records of messages no longer in
-	// the table (published, discarded) and returns how many it deleted.
+	// the table (discarded, or deleted by hand) and returns how many it
+	// deleted. It reads the whole history: relays run it rarely.
 	PurgeAttempts(ctx context.Context, limit int) (int, error)
 }
 

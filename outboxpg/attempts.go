@@ -71,6 +71,18 @@ func (s *Store) Attempts(ctx context.Context, id uuid.UUID) ([]outboxdriver.Atte
 	return list, nil
 }
 
+// ForgetAttempts deletes the records of messages ids.
+func (s *Store) ForgetAttempts(ctx context.Context, ids []uuid.UUID) error {
+	pgIDs := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		pgIDs[i] = pgUUID(id)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM `+s.names.qAttempts+` WHERE message_id = ANY($1::uuid[])`, pgIDs); err != nil {
+		return s.attemptsError("forget attempts", err)
+	}
+	return nil
+}
+
 // LastFailures returns the time of the last recorded attempt of each of ids.
 func (s *Store) LastFailures(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]time.Time, error) {
 	pgIDs := make([]pgtype.UUID, len(ids))

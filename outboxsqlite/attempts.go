@@ -3,6 +3,7 @@ package outboxsqlite
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,19 +69,43 @@ func (s *Store) Attempts(ctx context.Context, id uuid.UUID) ([]outboxdriver.Atte
 	return list, nil
 }
 
+// ForgetAttempts deletes the records of messages ids, in one write
+// transaction.
+func (s *Store) ForgetAttempts(ctx context.Context, ids []uuid.UUID) error {
+	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, _ int64) error {
+		for page := range slices.Chunk(ids, idPage) {
+			if _, err := c.ExecContext(ctx, `DELETE FROM `+s.set.qAttempts+` WHERE message_id IN (`+placeholders(len(page))+`)`, idArgs(page)...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return s.attemptsError("forget attempts", err)
+	}
+	return nil
+}
+
+// idPage is how many ids one statement binds: SQLite binds at most 32766
+// parameters.
+const idPage = 500
+
+func placeholders(n int) string { return "?" + strings.Repeat(", ?", n-1) }
+
+func idArgs(ids []uuid.UUID) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id.String()
+	}
+	return args
+}
+
 // LastFailures returns the time of the last recorded attempt of each of ids.
 func (s *Store) LastFailures(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]time.Time, error) {
 	last := map[uuid.UUID]time.Time{}
-	// SQLite binds at most 32766 parameters: ask in pages.
-	const page = 500
-	for start := 0; start < len(ids); start += page {
-		chunk := ids[start:min(start+page, len(ids))]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id.String()
-		}
+	for page := range slices.Chunk(ids, idPage) {
 		rows, err := s.db.QueryContext(ctx, `SELECT message_id, max(at) FROM `+s.set.qAttempts+
-			` WHERE message_id IN (?`+strings.Repeat(", ?", len(chunk)-1)+`) GROUP BY message_id`, args...)
+			` WHERE message_id IN (`+placeholders(len(page))+`) GROUP BY message_id`, idArgs(page)...)
 		if err != nil {
 			return nil, s.attemptsError("read attempts", err)
 		}

@@ -28,10 +28,7 @@ func replayWhere(f outboxdriver.ReplayFilter) (string, []any) {
 		where, args = append(where, "created_at < ?"), append(args, f.WrittenBefore.UnixMicro())
 	}
 	if len(f.IDs) > 0 {
-		where = append(where, "id IN (?"+strings.Repeat(", ?", len(f.IDs)-1)+")")
-		for _, id := range f.IDs {
-			args = append(args, id.String())
-		}
+		where, args = append(where, "id IN ("+placeholders(len(f.IDs))+")"), append(args, idArgs(f.IDs)...)
 	}
 	return strings.Join(where, " AND "), args
 }

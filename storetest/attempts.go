@@ -12,7 +12,7 @@ import (
 
 func init() {
 	cases = append(cases,
-		testCase{"the attempts history keeps the last attempts of each message, a newer record of one attempt replacing the older, and purges those of messages gone", testAttemptsHistory},
+		testCase{"the attempts history keeps the last attempts of each message, a newer record of one attempt replacing the older, purges those of messages gone and forgets those asked", testAttemptsHistory},
 	)
 }
 
@@ -78,5 +78,11 @@ func testAttemptsHistory(t *testing.T, s *suite) {
 	}
 	if h, err := rec.Attempts(ctx, kept.ID); err != nil || len(h) != outboxdriver.AttemptsKept {
 		t.Fatalf("after the purge the pending message's history has %d records, %v; want %d", len(h), err, outboxdriver.AttemptsKept)
+	}
+	if err := rec.ForgetAttempts(ctx, []uuid.UUID{kept.ID, uuid.New()}); err != nil {
+		t.Fatalf("ForgetAttempts: %v", err)
+	}
+	if h, err := rec.Attempts(ctx, kept.ID); err != nil || len(h) != 0 {
+		t.Fatalf("after ForgetAttempts the message's history has %d records, %v; want none", len(h), err)
 	}
 }

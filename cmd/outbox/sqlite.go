@@ -255,6 +255,14 @@ func (d *sqliteDB) Attempts(ctx context.Context, id uuid.UUID) ([]outboxdriver.A
 	return s.Attempts(ctx, id)
 }
 
+func (d *sqliteDB) ForgetAttempts(ctx context.Context, ids []uuid.UUID) error {
+	s, err := d.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.ForgetAttempts(ctx, ids)
+}
+
 func (d *sqliteDB) LastFailures(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]time.Time, error) {
 	s, err := d.get(ctx)
 	if err != nil {
