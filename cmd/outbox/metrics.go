@@ -34,10 +34,9 @@ func (m *metricsServer) start(relay *outbox.Relay, admin outboxdriver.Admin, tab
 	if _, err := m.observer.WatchTable(admin, table); err != nil {
 		return err
 	}
-	if _, err := m.observer.WatchRelay(relay, table); err != nil {
+	if err := m.server.WatchRelay(relay, table); err != nil {
 		return err
 	}
-	m.server.AddReady("relay", relay.Ready)
 	log.Info("outbox relay: serving /metrics, /healthz and /readyz", slog.String("addr", m.server.Addr().String()))
 	m.server.Start(context.Background())
 	return nil

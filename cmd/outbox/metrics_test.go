@@ -114,6 +114,7 @@ func TestRelayServesMetricsHealthAndReadiness(t *testing.T) {
 var eventOnlyMetrics = map[string]bool{
 	"outbox_messages_retried_total": true, "outbox_messages_dead_total": true, "outbox_store_errors_total": true,
 	"outbox_inbox_handled_total": true, "outbox_inbox_duplicates_total": true,
+	"outbox_last_publish_age_seconds": true, // once a registered relay published and beat since
 }
 
 // consumerMetrics are exported by consumers, not by the relay: outboxprom's
