@@ -44,7 +44,7 @@ func (c *console) parkedMessage(w http.ResponseWriter, r *http.Request) {
 	case p.Key == "":
 		order = "no key: held in no order"
 	default:
-		order = "first of its key: the messages of its key that arrived after it wait behind it"
+		order = "first parked of its key: in key order, the later messages of its key wait behind it"
 	}
 	behind := ""
 	if p.Waiting && p.Behind != uuid.Nil {

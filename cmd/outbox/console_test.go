@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,9 +36,12 @@ import (
 const envScreenshots = "OUTBOX_SCREENSHOTS"
 
 // The console in a real browser (headless Chromium): the overview counts a
-// dead message, the dead letters page lists it, its page shows its JSON
-// payload, and Retry makes it pending again, after which a relay publishes
-// it. A POST without the page's token is refused.
+// dead message, warns of it and lists the relays, the dead letters page
+// groups it with its whole error and lists it, its page shows its JSON
+// payload and its history of failed attempts, a parked message has its
+// page, and Retry makes the dead message pending again, after which a
+// relay publishes it. No page logs an error to the browser's console. A
+// POST without the page's token is refused.
 func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *testing.T) {
 	t.Parallel()
 	chromium, err := exec.LookPath("chromium")
@@ -52,6 +56,24 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 		t.Fatal(err)
 	}
 	dead := deadLetter(t, store, `{"order_id":"o-7","total_cents":1250}`, "endpoint answered 422: total must be positive")
+	if err := store.RecordAttempts(t.Context(), []outboxdriver.Attempt{
+		{MessageID: dead, Number: 1, Outcome: outboxdriver.AttemptRetried, Class: outboxdriver.ClassRetryable, Error: "endpoint answered 503: upstream unavailable"},
+		{MessageID: dead, Number: 2, Outcome: outboxdriver.AttemptDead, Class: outboxdriver.ClassPermanent, Error: "endpoint answered 422: total must be positive"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Another way to fail, for a second group.
+	deadLetter(t, store, `{"order_id":"o-8"}`, "attempt 12 of 12: dial tcp 10.0.3.7:443: connect: connection refused")
+	host, _ := os.Hostname()
+	for _, beat := range []outboxdriver.RelayBeat{
+		{ID: uuid.New(), Host: host, PID: 4242, Version: "v1.4.0", Config: "{}", Interval: time.Hour, SinceClaim: time.Second, SincePublish: -1, Forget: time.Hour},
+		// A relay that stopped beating: gone after three of its beats.
+		{ID: uuid.New(), Host: "worker-2", PID: 77, Version: "v1.3.2", Config: "{}", Interval: time.Millisecond, SinceClaim: -1, SincePublish: -1, Forget: time.Hour},
+	} {
+		if err := store.BeatRelay(t.Context(), beat); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A consumer's inbox beside the table: two applied messages, one
 	// delivered twice, and a parked one.
 	mustCLI(t, append([]string{"inbox", "migrate"}, db...)...)
@@ -118,6 +140,26 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 	}
 
 	browser := browserContext(t, chromium)
+	// Every message of the browser's console: the pages have no script, so
+	// an error there is a page the browser refused (CSP, a resource).
+	var (
+		consoleMu   sync.Mutex
+		consoleLogs []string
+	)
+	consoleCtx, stopConsole := context.WithCancel(browser)
+	messages := chromedp.Console(consoleCtx)
+	consoleDone := make(chan struct{})
+	go func() {
+		defer close(consoleDone)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			consoleMu.Lock()
+			consoleLogs = append(consoleLogs, m.String()+" ("+m.URL+")")
+			consoleMu.Unlock()
+		}
+	}()
 	shots := map[string][]byte{}
 	step := func(what string, action chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -144,16 +186,30 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 	row := chromedp.CSS("#m-" + dead.String())
 	step("open the overview", chromedp.Navigate(base+"/"))
 	deadCount := read("the dead count", "#dead")
+	deadBanner := read("the dead banner", "#banner-dead")
+	relays := read("the relays", "#relays")
 	shoot("overview")
+	step("open the dead letters", chromedp.Navigate(base+"/dead"))
+	groups := read("the groups", "#groups")
+	shoot("dead-letters")
 	step("filter the dead letters by topic", chromedp.Navigate(base+"/dead?topic=orders.placed"))
 	listed := read("the message's row", row)
-	shoot("dead-letters")
 	step("open the message", chromedp.Navigate(base+"/dead/"+dead.String()))
 	payload := read("the payload", "#payload")
+	history := read("the history", "#history")
 	shoot("message")
 	step("open the inbox", chromedp.Navigate(base+"/inbox"))
 	consumer := read("the consumer's row", "#c-billing")
 	shoot("inbox")
+	step("open the parked message", chromedp.Navigate(base+"/inbox/parked/"+poison.ID.String()+"?consumer=billing"))
+	parkedError := read("the parked message's error", "#parked-error")
+	shoot("parked")
+	if !strings.Contains(deadBanner, "2 dead message") || !strings.Contains(relays, "GONE") || !strings.Contains(relays, "v1.4.0") {
+		t.Fatalf("overview: banner %q, relays %q; want the dead message warned of and a live and a gone relay", deadBanner, relays)
+	}
+	if !strings.Contains(groups, "endpoint answered 422: total must be positive") || !strings.Contains(history, "upstream unavailable") || parkedError != "tax service answered 500" {
+		t.Fatalf("groups %q, history %q, parked error %q; want the group's error, both attempts and the parked error", groups, history, parkedError)
+	}
 	if !strings.Contains(consumer, "billing") || !strings.HasSuffix(strings.TrimSpace(consumer), "1") {
 		t.Fatalf("inbox row %q; want consumer billing with its parked message", consumer)
 	}
@@ -163,11 +219,16 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 	flash := read("the result", "#flash")
 	step("open the overview again", chromedp.Navigate(base+"/"))
 	pending := read("the pending count", "#pending")
-	if deadCount != "1" || !strings.Contains(listed, "422: total must be positive") || !strings.Contains(payload, "\"total_cents\": 1250") {
-		t.Fatalf("pages showed dead %q, row %q, payload %q; want 1 dead, the error in the list and the indented JSON payload", deadCount, listed, payload)
+	if deadCount != "2" || !strings.Contains(listed, "422: total must be positive") || !strings.Contains(payload, "\"total_cents\": 1250") {
+		t.Fatalf("pages showed dead %q, row %q, payload %q; want 2 dead, the error in the list and the indented JSON payload", deadCount, listed, payload)
 	}
 	if flash != "1 message(s) pending again" || pending != "1" {
 		t.Fatalf("after Retry: flash %q, pending %q; want the message pending again", flash, pending)
+	}
+	stopConsole()
+	<-consoleDone
+	if len(consoleLogs) > 0 {
+		t.Fatalf("the browser's console logged, for pages with no script:\n%s", strings.Join(consoleLogs, "\n"))
 	}
 	rec := relaytest.NewRecorder()
 	relaytest.StartRelay(t, store, rec, outbox.Config{PollInterval: 20 * time.Millisecond})
