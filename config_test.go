@@ -18,6 +18,7 @@ func TestConfigZeroValueTakesEveryDocumentedDefault(t *testing.T) {
 		BackoffBase:        BackoffBaseDefault,
 		BackoffMax:         BackoffMaxDefault,
 		BatchSize:          BatchSizeDefault,
+		HeartbeatInterval:  HeartbeatIntervalDefault,
 		LeaseDuration:      LeaseDurationDefault,
 		MaxAttempts:        MaxAttemptsDefault,
 		PollInterval:       PollIntervalDefault,

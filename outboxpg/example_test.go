@@ -98,6 +98,10 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxpg.DirectionDown))
 	// Output:
+	// -- 008_attempts.down.sql
+	// DROP TABLE "billing"."outbox_attempts";
+	// -- 007_relays.down.sql
+	// DROP TABLE "billing"."outbox_relays";
 	// -- 006_overtaken.down.sql
 	// ALTER TABLE "billing"."outbox" DROP COLUMN overtaken;
 	// -- 005_dead_key.down.sql

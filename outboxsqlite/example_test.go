@@ -78,6 +78,10 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxsqlite.DirectionDown))
 	// Output:
+	// -- 007_attempts.down.sql
+	// DROP TABLE "outbox_attempts";
+	// -- 006_relays.down.sql
+	// DROP TABLE "outbox_relays";
 	// -- 005_overtaken.down.sql
 	// ALTER TABLE "outbox" DROP COLUMN overtaken;
 	// -- 004_dead_key.down.sql
