@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,10 +132,35 @@ func (r *Relay) publishUnexpired(ctx context.Context, batch []Message) []error {
 	}
 	errs := r.publishBatch(ctx, send)
 	if len(errs) != len(send) {
-		return errs // the caller reports the broken publisher
+		// A broken publisher: its results cannot be matched to the
+		// messages, so none is taken as published.
+		err := fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(send))
+		for i := range results {
+			results[i] = cmp.Or(results[i], err)
+		}
+		return results
 	}
 	for j, i := range sentAt {
 		results[i] = errs[j]
 	}
 	return results
+}
+
+// dropExpired returns the batch indexes of a wave without its messages
+// whose expiry passed, which it marks sent with a permanent error wrapping
+// ErrExpired, failing their keys.
+func (r *Relay) dropExpired(batch []Message, wave []int, sent []bool, results []error, failed map[string]error) []int {
+	now := time.Now()
+	kept := wave[:0]
+	for _, i := range wave {
+		if at, ok := ExpiresAt(&batch[i]); ok && !now.Before(at) {
+			sent[i], results[i] = true, Permanent(&expiredError{at: at})
+			if k := batch[i].Key; k != "" {
+				failed[k] = results[i]
+			}
+			continue
+		}
+		kept = append(kept, i)
+	}
+	return kept
 }

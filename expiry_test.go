@@ -3,8 +3,11 @@ package outbox
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 func TestWriterStampsTheExpiryHeaderFromExpiresAtOrTheTopicsDefault(t *testing.T) {
@@ -59,5 +62,46 @@ func TestWriterRefusesAnExpiryItCouldNeverMeetAndABadExpiryHeader(t *testing.T) 
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Field != `WriterConfig.ExpireAfter["quotes"]` {
 		t.Fatalf("NewWriter with a zero default expiry: %v; want a ConfigError naming WriterConfig.ExpireAfter[\"quotes\"]", err)
+	}
+}
+
+// orderPublisher publishes what it is given, in the order given, waiting
+// in its first call until the time in wait has passed: a slow first wave.
+type orderPublisher struct {
+	got  []Message
+	wait time.Time
+}
+
+func (p *orderPublisher) Publish(_ context.Context, msgs []Message) []error {
+	if len(p.got) == 0 {
+		for time.Now().Before(p.wait) {
+			time.Sleep(time.Until(p.wait))
+		}
+	}
+	p.got = append(p.got, msgs...)
+	return make([]error, len(msgs))
+}
+func (p *orderPublisher) Close() error { return nil }
+
+func TestAMessageThatExpiresWhileEarlierWavesOfItsKeyGoOutIsDeadAndHoldsTheRest(t *testing.T) {
+	t.Parallel()
+	expiry := time.Now().Add(50 * time.Millisecond)
+	pub := &orderPublisher{wait: expiry}
+	r, err := NewRelay(noStore{}, pub, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := Message{ID: uuid.New(), Topic: "t", Key: "k"}
+	expiring := Message{ID: uuid.New(), Topic: "t", Key: "k", Headers: map[string]string{HeaderExpiresAt: expiry.UTC().Format(time.RFC3339Nano)}}
+	after := Message{ID: uuid.New(), Topic: "t", Key: "k"}
+	settle, _, _ := r.publish(context.Background(), uuid.New(), []Message{first, expiring, after}, time.Now(), time.Second)
+	if len(pub.got) != 1 || pub.got[0].ID != first.ID {
+		t.Fatalf("the publisher got %d messages; want only the first wave's, %s (the second expired while it went out)", len(pub.got), first.ID)
+	}
+	if len(settle.Published) != 1 || len(settle.Dead) != 1 || settle.Dead[0].ID != expiring.ID || !strings.HasPrefix(settle.Dead[0].Error, "expired at ") {
+		t.Fatalf("settlement %+v; want the first published and the second dead as expired", settle)
+	}
+	if len(settle.Release) != 1 || settle.Release[0] != after.ID {
+		t.Fatalf("settlement %+v; want the third handed back untried behind the dead one", settle)
 	}
 }

@@ -68,6 +68,12 @@ func (r *Relay) publishBatch(ctx context.Context, batch []Message) []error {
 		if len(at) == 0 {
 			break
 		}
+		// A wave goes out a round trip after the one before: a message
+		// that expired meanwhile is dead, and holds the rest of its key.
+		at = r.dropExpired(batch, at, sent, results, failed)
+		if len(at) == 0 {
+			continue
+		}
 		slices.Sort(at)
 		msgs := make([]Message, len(at))
 		for j, i := range at {

@@ -243,8 +243,11 @@ func (r *Relay) work(ctx context.Context, worker int) {
 	log := r.log.With(slog.Int("worker", worker))
 	var (
 		settle outboxdriver.Settlement
-		// notes are what settle changes in the history of attempts,
-		// written once the store has taken settle.
+		// notes are what settle changes in the history of attempts:
+		// its failures, written before it is sent (so that no other
+		// relay can claim, publish and forget a message before its
+		// failure is written), and the history of the messages it
+		// publishes, forgotten once it is taken.
 		notes attemptNotes
 		// settleBy is when the lease of settle's messages ends: after it,
 		// another relay may have claimed and published them again, so
@@ -265,6 +268,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		if stopping && settle.Empty() {
 			return
 		}
+		r.recordFailures(ctx, &notes)
 		// The lease starts when the database runs the claim, which is after
 		// this moment: deadlines counted from here end before the lease.
 		claimed := time.Now()
@@ -292,7 +296,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		}
 		retry.Reset()
 		settle = outboxdriver.Settlement{}
-		r.recordAttempts(ctx, notes)
+		r.forgetPublished(ctx, notes)
 		notes = attemptNotes{}
 		if stopping {
 			return
@@ -326,9 +330,10 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			// pause may outlast the lease, after which another worker could
 			// claim and send again the messages published in it.
 			log.Warn("outbox relay: destination unavailable; messages postponed without counting an attempt", slog.Duration("pause", outage.Next()))
+			r.recordFailures(ctx, &notes)
 			if r.record(ctx, log, settle) {
 				settle = outboxdriver.Settlement{}
-				r.recordAttempts(ctx, notes)
+				r.forgetPublished(ctx, notes)
 				notes = attemptNotes{}
 			}
 			outage.Sleep(ctx, r.stopping)

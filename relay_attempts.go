@@ -38,62 +38,78 @@ func permanentClass(err error) outboxdriver.AttemptClass {
 	return outboxdriver.ClassPermanent
 }
 
-// recordAttempts writes notes to the store's history of failed attempts,
-// if it keeps one, after the settlement that carried them was taken: the
-// failures, and the end of the history of messages now published. It is
+// recordFailures writes the failures of notes to the store's history of
+// failed attempts, if it keeps one, before the settlement that carries them
+// is sent, and clears them: written once, whether that works or not. It is
 // for operators only: a failure is logged, and a store whose table has no
-// history (not migrated that far) is told once and asked no more.
-func (r *Relay) recordAttempts(ctx context.Context, notes attemptNotes) {
+// history (not migrated that far) is told once and asked again only by the
+// hourly purge.
+func (r *Relay) recordFailures(ctx context.Context, notes *attemptNotes) {
+	failed := notes.failed
+	notes.failed = nil
+	r.withAttempts(ctx, len(failed), func(ctx context.Context, rec outboxdriver.AttemptRecorder) error {
+		return rec.RecordAttempts(ctx, failed)
+	})
+}
+
+// forgetPublished deletes the history of the messages notes saw published,
+// once the settlement that says so was taken.
+func (r *Relay) forgetPublished(ctx context.Context, notes attemptNotes) {
+	r.withAttempts(ctx, len(notes.published), func(ctx context.Context, rec outboxdriver.AttemptRecorder) error {
+		return rec.ForgetAttempts(ctx, notes.published)
+	})
+}
+
+// withAttempts runs do on the store's history of attempts when it keeps
+// one and there are n things to do.
+func (r *Relay) withAttempts(ctx context.Context, n int, do func(context.Context, outboxdriver.AttemptRecorder) error) {
 	rec, ok := r.store.(outboxdriver.AttemptRecorder)
-	if !ok || (len(notes.failed) == 0 && len(notes.published) == 0) || r.noAttempts.Load() {
+	if !ok || n == 0 || r.noAttempts.Load() {
 		return
 	}
 	storeCtx, cancel := r.storeCtx(ctx)
 	defer cancel()
-	var err error
-	if len(notes.failed) > 0 {
-		err = rec.RecordAttempts(storeCtx, notes.failed)
-	}
-	if len(notes.published) > 0 && err == nil {
-		err = rec.ForgetAttempts(storeCtx, notes.published)
-	}
+	err := do(storeCtx, rec)
 	switch {
 	case errors.Is(err, ErrNotMigrated):
 		if r.noAttempts.CompareAndSwap(false, true) {
-			r.log.Info("outbox relay: the table keeps no history of failed attempts; only each message's last error is kept", slog.Any("error", err))
+			r.log.Info("outbox relay: the table keeps no history of failed attempts; only each message's last error is kept (`outbox migrate up` adds it)", slog.Any("error", err))
 		}
 	case err != nil:
-		r.log.Warn("outbox relay: recording the history of failed attempts failed; the messages' last errors are kept", slog.Any("error", err), slog.Int("attempts", len(notes.failed)))
+		r.log.Warn("outbox relay: writing the history of failed attempts failed; the messages' last errors are kept", slog.Any("error", err), slog.Int("messages", n))
 	}
 }
 
-// pruneAttempts deletes, every attemptsPurgeInterval, the history of
-// messages no longer in the table, in bounded batches.
+// pruneAttempts deletes the history of messages no longer in the table, in
+// bounded batches: a heartbeat after the relay starts (relays that restart
+// often purge too), then every attemptsPurgeInterval. A purge that works
+// also turns the history back on after the table was migrated to it.
 func (r *Relay) pruneAttempts(ctx context.Context, rec outboxdriver.AttemptRecorder) {
 	const batch = 1000
-	t := time.NewTicker(attemptsPurgeInterval)
-	defer t.Stop()
+	wait := time.NewTimer(r.cfg.HeartbeatInterval)
+	defer wait.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-		}
-		if r.noAttempts.Load() {
-			continue
+		case <-wait.C:
 		}
 		for {
 			callCtx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 			n, err := rec.PurgeAttempts(callCtx, batch)
 			cancel()
-			if errors.Is(err, ErrNotMigrated) {
+			switch {
+			case errors.Is(err, ErrNotMigrated):
 				r.noAttempts.Store(true)
-			} else if err != nil && ctx.Err() == nil {
-				r.log.Warn("outbox relay: purging the history of published messages' failed attempts failed", slog.Any("error", err))
+			case err != nil && ctx.Err() == nil:
+				r.log.Warn("outbox relay: purging the history of failed attempts of messages no longer in the table failed", slog.Any("error", err))
+			case err == nil:
+				r.noAttempts.Store(false)
 			}
 			if err != nil || n < batch {
 				break
 			}
 		}
+		wait.Reset(attemptsPurgeInterval)
 	}
 }

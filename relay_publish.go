@@ -65,7 +65,9 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 		case err == nil:
 			outcome = OutcomePublished
 			settle.Published = append(settle.Published, m.ID)
-			if m.Attempts > 0 {
+			if m.Attempts > 0 || m.LastError != "" {
+				// It failed before (a dead message retried starts again
+				// at 0 attempts but keeps its last error): its history goes.
 				notes.published = append(notes.published, m.ID)
 			}
 		case aborted && !IsPermanent(err):

@@ -52,8 +52,23 @@ func (r *Relay) register(ctx context.Context, reg outboxdriver.RelayRegistry, id
 	beat.Host, _ = os.Hostname()
 	t := time.NewTicker(r.cfg.HeartbeatInterval)
 	defer t.Stop()
-	failures := 0
+	var (
+		failures, skip int
+		notMigrated    bool
+	)
 	for {
+		if skip > 0 {
+			// The registry table was missing: ask again now and then, so
+			// that a relay started before `outbox migrate up` registers
+			// without a restart.
+			skip--
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			continue
+		}
 		now := time.Now()
 		beat.SinceClaim = r.lastWork.since(&r.lastWork.claimed, now)
 		beat.SincePublish = r.lastWork.since(&r.lastWork.published, now)
@@ -63,10 +78,12 @@ func (r *Relay) register(ctx context.Context, reg outboxdriver.RelayRegistry, id
 		switch {
 		case err == nil:
 			registered.Store(true)
-			failures = 0
+			failures, notMigrated = 0, false
 		case errors.Is(err, ErrNotMigrated):
-			r.log.Info("outbox relay: not registered in the relay registry; `outbox status` will not list it", slog.Any("error", err))
-			return
+			if !notMigrated {
+				r.log.Info("outbox relay: not registered in the relay registry; `outbox status` will not list it until the table is migrated", slog.Any("error", err))
+			}
+			notMigrated, skip = true, registryRetryBeats
 		case ctx.Err() == nil:
 			// A beat that fails now and then changes nothing; one that
 			// keeps failing makes the relay look gone to operators.
@@ -81,6 +98,10 @@ func (r *Relay) register(ctx context.Context, reg outboxdriver.RelayRegistry, id
 		}
 	}
 }
+
+// registryRetryBeats is how many heartbeats a relay lets pass between its
+// tries of a registry table that was missing.
+const registryRetryBeats = 10
 
 // beatFailuresToWarn is how many heartbeats in a row may fail before the
 // relay warns: after outboxdriver.RelayStaleBeats an operator sees it gone.

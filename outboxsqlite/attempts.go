@@ -132,20 +132,54 @@ func (s *Store) LastFailures(ctx context.Context, ids []uuid.UUID) (map[uuid.UUI
 }
 
 // PurgeAttempts deletes up to limit records of messages no longer in the
-// table.
+// table. The records are found by a read, outside the write lock that
+// writers need, and deleted by message id in a short write transaction.
 func (s *Store) PurgeAttempts(ctx context.Context, limit int) (int, error) {
-	var n int64
-	err := s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, _ int64) error {
-		res, err := c.ExecContext(ctx, `
-DELETE FROM `+s.set.qAttempts+` WHERE rowid IN (
-	SELECT a.rowid FROM `+s.set.qAttempts+` AS a
-	WHERE NOT EXISTS (SELECT 1 FROM `+s.set.qTable+` AS m WHERE m.id = a.message_id)
-	LIMIT ?)`, limit)
-		if err != nil {
-			return err
+	rows, err := s.db.QueryContext(ctx, `
+SELECT a.message_id, a.attempt FROM `+s.set.qAttempts+` AS a
+WHERE NOT EXISTS (SELECT 1 FROM `+s.set.qTable+` AS m WHERE m.id = a.message_id)
+LIMIT ?`, limit)
+	if err != nil {
+		return 0, s.attemptsError("purge attempts", err)
+	}
+	type record struct {
+		id      string
+		attempt int
+	}
+	var orphans []record
+	for rows.Next() {
+		var r record
+		if err := rows.Scan(&r.id, &r.attempt); err != nil {
+			rows.Close()
+			return 0, s.attemptsError("purge attempts", err)
 		}
-		n, err = res.RowsAffected()
-		return err
+		orphans = append(orphans, r)
+	}
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
+		return 0, s.attemptsError("purge attempts", err)
+	}
+	if len(orphans) == 0 {
+		return 0, nil
+	}
+	// A message written again under an orphan's id since the read (a
+	// restore, say) keeps its history: the delete checks again.
+	var n int64
+	err = s.writeTx(ctx, func(ctx context.Context, c *sql.Conn, _ int64) error {
+		for _, r := range orphans {
+			res, err := c.ExecContext(ctx, `DELETE FROM `+s.set.qAttempts+` WHERE message_id = ? AND attempt = ?
+	AND NOT EXISTS (SELECT 1 FROM `+s.set.qTable+` WHERE id = ?)`, r.id, r.attempt, r.id)
+			if err != nil {
+				return err
+			}
+			deleted, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			n += deleted
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, s.attemptsError("purge attempts", err)
