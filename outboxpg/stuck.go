@@ -13,26 +13,28 @@ import (
 
 var _ outboxdriver.StuckKeyFinder = (*Store)(nil)
 
-// StuckKeys lists the keys whose head was written more than olderThan ago.
-// One statement: each key's head (the lowest seq of its pending messages),
-// those old enough, the oldest first, counted before the limit.
+// StuckKeys lists the keys whose head has waited more than olderThan. One
+// statement: each key's head (the lowest seq of its pending messages), how
+// long it waited (see waitingSince), those waiting long enough, the longest
+// first, counted before the limit.
 func (s *Store) StuckKeys(ctx context.Context, olderThan time.Duration, limit int) ([]outboxdriver.StuckKey, int, error) {
 	if limit <= 0 {
 		return nil, 0, fmt.Errorf("outboxpg: stuck keys in %s: limit %d must be positive", s.Name(), limit)
 	}
 	rows, err := s.pool.Query(ctx, `
 WITH heads AS (
-	SELECT DISTINCT ON (key) key, id, topic, created_at, attempts, last_error, seq
+	SELECT DISTINCT ON (key) key, id, topic, attempts, last_error, seq,
+		CASE WHEN attempts = 0 AND last_error IS NULL THEN greatest(created_at, available_at) ELSE created_at END AS since
 	FROM `+s.names.qTable+` WHERE status = 'pending' AND key <> ''
 	ORDER BY key, seq
 )
-SELECT h.key, h.id, h.topic, floor(EXTRACT(EPOCH FROM now() - h.created_at) * 1000000)::bigint,
+SELECT h.key, h.id, h.topic, floor(EXTRACT(EPOCH FROM now() - h.since) * 1000000)::bigint,
 	h.attempts, COALESCE(h.last_error, ''),
 	EXISTS (SELECT 1 FROM `+s.names.qTable+` AS d WHERE d.status = 'dead' AND d.key = h.key AND d.seq < h.seq),
 	count(*) OVER ()
 FROM heads AS h
-WHERE h.created_at < now() - $1::bigint * interval '1 microsecond'
-ORDER BY h.created_at, h.seq
+WHERE h.since < now() - $1::bigint * interval '1 microsecond'
+ORDER BY h.since, h.seq
 LIMIT $2`, olderThan.Microseconds(), limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("outboxpg: stuck keys in %s: %w", s.Name(), err)

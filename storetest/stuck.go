@@ -23,8 +23,10 @@ func testStuckKeys(t *testing.T, s *suite) {
 		return &outbox.Message{Topic: "stuck", Key: key, Payload: []byte(key)}
 	}
 	a1, a2, b1, b2, x := msg("a"), msg("a"), msg("b"), msg("b"), msg("")
+	scheduled := msg("d") // due in an hour: waiting for its time, not stuck
+	scheduled.AvailableAt = s.now(t).Add(time.Hour)
 	s.write(t, a1)
-	s.write(t, a2, b1, b2, x)
+	s.write(t, a2, b1, b2, x, scheduled)
 	token, claimed := s.claim(t, 10, longLease)
 	if len(claimed) != 5 {
 		t.Fatalf("claimed %d messages; want all 5", len(claimed))
@@ -51,7 +53,7 @@ func testStuckKeys(t *testing.T, s *suite) {
 		t.Fatalf("StuckKeys: %v", err)
 	}
 	if total != 2 || len(keys) != 2 || keys[0].Key != "a" || keys[1].Key != "b" {
-		t.Fatalf("stuck keys %+v (total %d); want a then b, 2 in all (c is new, x has no key)", keys, total)
+		t.Fatalf("stuck keys %+v (total %d); want a then b, 2 in all (c is new, d scheduled, x has no key)", keys, total)
 	}
 	a, b := keys[0], keys[1]
 	if a.Head != a1.ID || a.Topic != "stuck" || a.Attempts != 1 || a.LastError != "broker said no" || a.BehindDead || a.Waiting <= 2*threshold {

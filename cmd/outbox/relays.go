@@ -16,6 +16,10 @@ type relayReport struct {
 	now  time.Time // the database's clock when they were read
 	live int
 	err  error // the registry could not be read (nil when read)
+	// dueNow is whether a message is due now, by the store's idle probe
+	// (NextDue), for the no-progress warning: messages scheduled for
+	// later are no lack of progress.
+	dueNow bool
 }
 
 // readRelays reads the registry of the store behind admin, if it keeps one.
@@ -28,7 +32,11 @@ func readRelays(ctx context.Context, admin outboxdriver.Admin) relayReport {
 	if err != nil {
 		return relayReport{err: err}
 	}
-	r := relayReport{rows: rows, now: now}
+	r := relayReport{rows: rows, now: now, dueNow: true}
+	if store, ok := admin.(outboxdriver.Store); ok {
+		wait, pending, err := store.NextDue(ctx)
+		r.dueNow = err != nil || (pending && wait <= 0) // unknown: warn rather than hide
+	}
 	for _, row := range rows {
 		if row.Live(now) {
 			r.live++

@@ -140,3 +140,20 @@ func testStatusListsStuckKeys(t *testing.T, db processDB) {
 		t.Fatalf("status --stuck-keys -1: exit %d, %q; want a usage error naming the flag", code, errOut)
 	}
 }
+
+func TestStatusDoesNotCallAScheduledMessageNoProgress(t *testing.T) {
+	t.Parallel()
+	db := sqliteProcessDB(t)
+	later := &outbox.Message{Topic: "reminders", Key: "r-1", Payload: []byte("x"), AvailableAt: time.Now().Add(time.Hour)}
+	if err := db.write(t.Context(), []*outbox.Message{later}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the scheduled message to be older than 50ms", func() bool {
+		st, err := db.stats(t.Context())
+		return err == nil && st.OldestPending > 100*time.Millisecond
+	})
+	out := mustCLI(t, "status", "--database-url", db.url, "--stuck-after", "50ms")
+	if strings.Contains(out, "no progress") || !strings.Contains(out, "stuck keys      0") {
+		t.Fatalf("status of a table holding only a message due in an hour printed:\n%s\nwant no stuck key and no no-progress warning", out)
+	}
+}

@@ -35,6 +35,8 @@ func why(k outboxdriver.StuckKey) string {
 		return "behind a dead message of its key (retry or discard it: `outbox dead list`)"
 	case k.Attempts > 0:
 		return fmt.Sprintf("retrying, %d failed attempt(s), last: %s", k.Attempts, k.LastError)
+	case k.LastError != "":
+		return "postponed while its destination is unavailable (no attempt counted), last: " + k.LastError
 	}
 	return "not tried yet (no relay reached it: are relays running, and keeping up?)"
 }
@@ -71,10 +73,15 @@ func (r stuckReport) json() any {
 	return map[string]any{"total": r.total, "threshold_seconds": r.threshold.Seconds(), "keys": keys}
 }
 
-// noProgress is the warning for a table whose oldest pending message waited
-// past threshold while no relay published anything for as long, or "".
+// noProgress is the warning for a table with a message due now whose
+// oldest pending message waited past threshold while no relay published
+// anything for as long, or "". Messages scheduled for later are no lack of
+// progress: the store's idle probe (NextDue) tells whether one is due.
 func noProgress(st outboxdriver.Stats, relays relayReport, threshold time.Duration) string {
 	if st.Pending == 0 || st.OldestPending <= threshold || relays.err != nil {
+		return ""
+	}
+	if !relays.dueNow {
 		return ""
 	}
 	var last time.Time
