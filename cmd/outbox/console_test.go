@@ -169,7 +169,11 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 	}
 	read := func(what string, sel chromedp.CSS) string {
 		t.Helper()
-		text, err := chromedp.Run(browser, chromedp.Text(sel))
+		// Text waits for the element: one the page lacks must fail the
+		// test, not hang it until the test binary's timeout.
+		ctx, cancel := context.WithTimeout(browser, 20*time.Second)
+		defer cancel()
+		text, err := chromedp.Run(ctx, chromedp.Text(sel))
 		if err != nil {
 			t.Fatalf("browser, read %s: %v; console log:\n%s", what, err, errOut.String())
 		}
