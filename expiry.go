@@ -18,10 +18,10 @@ const HeaderExpiresAt = "Outbox-Expires-At"
 
 // ErrExpired is in the chain of the error a relay dead-letters a message
 // with when its expiry passed before it could be published. Such a message
-// is never sent late: it is a dead letter like any other (`outbox dead
-// list` shows "expired at ..."), retried or discarded by an operator, and
-// in key order it holds the rest of its key unless the store skips dead
-// messages.
+// is never sent late: it is a dead letter (`outbox dead list` shows
+// "expired at ..."), which an operator discards (retried, it dies again at
+// once), and in key order it holds the rest of its key until then, unless
+// the store skips dead messages.
 var ErrExpired = errors.New("outbox: message expired before it was published")
 
 // ExpiresAt returns the expiry of m: its ExpiresAt field when set (a

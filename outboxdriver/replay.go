@@ -17,7 +17,9 @@ type Replayer interface {
 	// pending again, oldest first (in key order, each key's replayed
 	// messages go before its newer pending ones), with their attempts
 	// reset, and returns how many. With dryRun it changes nothing and
-	// returns how many match in all.
+	// returns how many match in all. Messages whose expiry (the
+	// Outbox-Expires-At header) passed never match: replayed, they would
+	// only be dead-lettered as expired.
 	Replay(ctx context.Context, f ReplayFilter, limit int, dryRun bool) (int, error)
 }
 

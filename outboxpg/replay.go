@@ -6,18 +6,22 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 var _ outboxdriver.Replayer = (*Store)(nil)
 
 // replayMatch selects the kept published messages a ReplayFilter chooses:
-// $1 topic, $2 key, $3 and $4 the CreatedAt bounds, $5 ids (” and NULL
-// and an empty array match all).
+// $1 topic, $2 key, $3 and $4 the CreatedAt bounds, $5 ids (an empty
+// string, NULL and an empty array match all), leaving out those whose
+// expiry passed: replayed, they would only be dead-lettered as expired
+// (and, in key order, hold their key's newer messages).
 const replayMatch = `status = 'published'
 	AND ($1 = '' OR topic = $1) AND ($2 = '' OR key = $2)
 	AND ($3::timestamptz IS NULL OR created_at >= $3) AND ($4::timestamptz IS NULL OR created_at < $4)
-	AND (cardinality($5::uuid[]) = 0 OR id = ANY($5::uuid[]))`
+	AND (cardinality($5::uuid[]) = 0 OR id = ANY($5::uuid[]))
+	AND NOT COALESCE((headers->>'` + outbox.HeaderExpiresAt + `')::timestamptz <= now(), false)`
 
 // Replay makes kept published messages pending again. Rows a concurrent
 // replay or cleanup holds are passed over (SKIP LOCKED), so a replay never

@@ -5,16 +5,22 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 var _ outboxdriver.Replayer = (*Store)(nil)
 
 // replayWhere is the condition and arguments that choose the kept published
-// messages of f.
-func replayWhere(f outboxdriver.ReplayFilter) (string, []any) {
-	where, args := []string{"status = 'published'"}, []any{}
+// messages of f, leaving out those whose expiry passed by now: replayed,
+// they would only be dead-lettered as expired (and, in key order, hold
+// their key's newer messages).
+func replayWhere(f outboxdriver.ReplayFilter, now int64) (string, []any) {
+	where := []string{"status = 'published'",
+		`NOT COALESCE(unixepoch(json_extract(headers, '$."` + outbox.HeaderExpiresAt + `"'), 'subsec') * 1000000 <= ?, 0)`}
+	args := []any{now}
 	if f.Topic != "" {
 		where, args = append(where, "topic = ?"), append(args, f.Topic)
 	}
@@ -39,7 +45,7 @@ func (s *Store) Replay(ctx context.Context, f outboxdriver.ReplayFilter, limit i
 	if limit <= 0 {
 		return 0, fmt.Errorf("outboxsqlite: replay in %s: limit %d must be positive", s.Name(), limit)
 	}
-	where, args := replayWhere(f)
+	where, args := replayWhere(f, time.Now().UnixMicro())
 	if dryRun {
 		var n int
 		if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM `+s.set.qTable+` WHERE `+where, args...).Scan(&n); err != nil {

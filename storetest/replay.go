@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -25,11 +26,13 @@ func testReplay(t *testing.T, s *suite) {
 		return &outbox.Message{Topic: topic, Key: key, Payload: []byte(topic + key)}
 	}
 	a1, a2, b1, c1 := msg("orders", "a"), msg("orders", "a"), msg("invoices", "b"), msg("orders", "c")
-	s.write(t, a1, a2)
+	expired := msg("quotes", "q") // published in time; its expiry has passed since
+	expired.ExpiresAt = s.now(t).Add(-time.Minute)
+	s.write(t, a1, a2, expired)
 	s.write(t, b1, c1)
 	token, claimed := s.claim(t, 10, longLease)
-	if len(claimed) != 4 {
-		t.Fatalf("claimed %d; want 4", len(claimed))
+	if len(claimed) != 5 {
+		t.Fatalf("claimed %d; want 5", len(claimed))
 	}
 	s.exchange(t, outboxdriver.Settlement{Token: token, Published: ids(claimed), KeepPublished: true}, outboxdriver.Claim{})
 	if s.held() {
@@ -51,7 +54,8 @@ func testReplay(t *testing.T, s *suite) {
 		f    outboxdriver.ReplayFilter
 		want int
 	}{
-		{outboxdriver.ReplayFilter{}, 4},
+		{outboxdriver.ReplayFilter{}, 4}, // not the expired one
+		{outboxdriver.ReplayFilter{Topic: "quotes"}, 0},
 		{outboxdriver.ReplayFilter{Topic: "orders"}, 3},
 		{outboxdriver.ReplayFilter{Topic: "orders", Key: "a"}, 2},
 		{outboxdriver.ReplayFilter{WrittenFrom: b1At}, 2},
@@ -62,8 +66,8 @@ func testReplay(t *testing.T, s *suite) {
 			t.Fatalf("a dry run of %+v counts %d; want %d", c.f, got, c.want)
 		}
 	}
-	if st := s.stats(t); st.Published != 4 || st.Pending != 1 {
-		t.Fatalf("after dry runs: %+v; want nothing changed (4 kept, 1 pending)", st)
+	if st := s.stats(t); st.Published != 5 || st.Pending != 1 {
+		t.Fatalf("after dry runs: %+v; want nothing changed (5 kept, 1 pending)", st)
 	}
 
 	n, err := replayer.Replay(ctx, outboxdriver.ReplayFilter{Topic: "orders"}, 2, false)

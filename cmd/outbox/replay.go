@@ -27,9 +27,11 @@ the relays publish them again with the same ids, so consumers with an inbox skip
 applied. Use it for a consumer that lost messages (its database restored from a backup, a bug that
 dropped them). It chooses messages by id, --topic, --key and write time (--since, --until: an RFC
 3339 time, or a duration meaning that long ago, e.g. 2h), all of which must match; --all replays
-every kept message. Run it first with --dry-run, which counts the messages and changes nothing.
-One run replays at most --limit messages, the oldest first; run it again for the rest. In key
-order a key's replayed messages go out before its newer pending ones.`,
+every kept message. Messages whose expiry passed are left out (replayed, they would only be
+dead-lettered as expired). Run it first with --dry-run, which counts the messages and changes
+nothing. A replay of more than --limit messages (10,000) is refused: narrow the choice, or raise
+the limit on purpose. In key order a key's replayed messages go out before its newer pending
+ones. Running the same replay again sends the messages again.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, a := range args {
 				id, err := parseID(a)
@@ -69,12 +71,14 @@ order a key's replayed messages go out before its newer pending ones.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if matching == 0 {
-				fmt.Fprintln(out, "0 published messages match: only messages published while relays ran with --retention are kept, until it ends")
+			switch {
+			case matching == 0:
+				fmt.Fprintln(out, "0 published messages match: only messages published while relays ran with --retention are kept, until it ends (and those whose expiry passed are left out)")
 				return nil
-			}
-			if dryRun {
-				fmt.Fprintf(out, "%d published message(s) match; without --dry-run, replay publishes up to %d of them again\n", matching, limit)
+			case matching > limit:
+				return fmt.Errorf("%d published messages match, more than --limit %d: narrow the choice (--topic, --key, --since, --until) or raise --limit", matching, limit)
+			case dryRun:
+				fmt.Fprintf(out, "%d published message(s) match; without --dry-run, replay publishes them again\n", matching)
 				return nil
 			}
 			n, err := replayer.Replay(cmd.Context(), f, limit, false)
@@ -82,9 +86,6 @@ order a key's replayed messages go out before its newer pending ones.`,
 				return err
 			}
 			fmt.Fprintf(out, "%d message(s) pending again, with their ids (consumers with an inbox skip those they applied)\n", n)
-			if rest := matching - n; rest > 0 {
-				fmt.Fprintf(out, "%d more match: run the same command again\n", rest)
-			}
 			return nil
 		},
 	}
@@ -95,7 +96,7 @@ order a key's replayed messages go out before its newer pending ones.`,
 	fl.StringVar(&until, "until", "", "replay messages written before this time (RFC 3339, or a duration ago)")
 	fl.BoolVar(&all, "all", false, "replay every kept published message")
 	fl.BoolVar(&dryRun, "dry-run", false, "count the messages that match and change nothing")
-	fl.IntVar(&limit, "limit", replayLimitDefault, "replay at most this many messages in one run, the oldest first")
+	fl.IntVar(&limit, "limit", replayLimitDefault, "refuse to replay more messages than this")
 	return cmd
 }
 

@@ -22,8 +22,8 @@ func TestSQLiteReplayPublishesKeptMessagesAgainAfterADryRun(t *testing.T) {
 }
 
 // testReplay publishes three messages and keeps them, as relays with
-// --retention do, then replays two of them by topic: a dry run first, then
-// in runs of --limit 1.
+// --retention do, then replays two of them by topic: a dry run first, a
+// refusal over --limit, then the replay.
 func testReplay(t *testing.T, db processDB) {
 	ctx := t.Context()
 	msgs := []*outbox.Message{{Topic: "orders", Payload: []byte("1")}, {Topic: "orders", Payload: []byte("2")}, {Topic: "invoices", Payload: []byte("3")}}
@@ -49,11 +49,14 @@ func testReplay(t *testing.T, db processDB) {
 	if st, _ := db.stats(ctx); st.Published != 3 || st.Pending != 0 {
 		t.Fatalf("after the dry run: %+v; want nothing changed", st)
 	}
-	if out := mustCLI(t, with("replay", "--topic", "orders", "--limit", "1")...); !strings.Contains(out, "1 message(s) pending again") || !strings.Contains(out, "1 more match") {
-		t.Fatalf("replay --limit 1 printed %q; want 1 replayed and 1 more", out)
+	if code, _, errOut := cli(t, with("replay", "--topic", "orders", "--limit", "1")...); code != 1 || !strings.Contains(errOut, "2 published messages match, more than --limit 1") {
+		t.Fatalf("replay --limit 1 of 2: exit %d, %q; want a refusal naming both counts", code, errOut)
 	}
-	if out := mustCLI(t, with("replay", "--topic", "orders")...); !strings.Contains(out, "1 message(s) pending again") {
-		t.Fatalf("second replay printed %q; want the other one", out)
+	if st, _ := db.stats(ctx); st.Published != 3 {
+		t.Fatalf("after the refusal: %+v; want nothing replayed", st)
+	}
+	if out := mustCLI(t, with("replay", "--topic", "orders")...); !strings.Contains(out, "2 message(s) pending again") {
+		t.Fatalf("replay printed %q; want both", out)
 	}
 	for _, m := range msgs[:2] {
 		if got, err := db.store.Get(ctx, m.ID); err != nil || got.Status != outbox.StatusPending {
