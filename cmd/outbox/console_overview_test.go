@@ -137,3 +137,13 @@ func testConsoleOverviewBanners(t *testing.T, db processDB) {
 		t.Fatalf("relay row %q after it stopped beating; want it marked GONE", row)
 	}
 }
+
+func TestConsoleRefusesANonPositiveStuckAfterNamingTheFlag(t *testing.T) {
+	t.Parallel()
+	for _, value := range []string{"0", "-1m"} {
+		code, _, errOut := cli(t, "console", "--stuck-after", value, "--database-url", "sqlite://"+t.TempDir()+"/never-opened.db")
+		if code != 2 || !strings.Contains(errOut, "--stuck-after ") || !strings.Contains(errOut, "positive duration") {
+			t.Errorf("console --stuck-after %s: exit %d, %q; want a usage error naming the flag and the fix", value, code, errOut)
+		}
+	}
+}
