@@ -45,9 +45,9 @@ LIMIT ?`, now-olderThan.Microseconds(), limit)
 	)
 	for rows.Next() {
 		var (
-			k         outboxdriver.StuckKey
-			id        string
-			since     int64
+			k     outboxdriver.StuckKey
+			id    string
+			since int64
 		)
 		if err := rows.Scan(&k.Key, &id, &k.Topic, &since, &k.Attempts, &k.LastError, &k.BehindDead, &total); err != nil {
 			return nil, 0, fmt.Errorf("outboxsqlite: stuck keys in %s: %w", s.Name(), err)
