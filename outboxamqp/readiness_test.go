@@ -9,50 +9,9 @@ import (
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/amqptest"
 	"github.com/go-outbox/outbox/internal/proxytest"
+	"github.com/go-outbox/outbox/internal/readytest"
 	"github.com/go-outbox/outbox/outboxamqp"
 )
-
-// waitReady polls ready until it is nil, or failing the test after 20s.
-func waitReady(t *testing.T, ready *outboxamqp.Readiness, what string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := ready.Ready()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 20s waiting for %s: Ready() = %v", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// waitNotReady polls ready until its error holds every one of words, and
-// returns it.
-func waitNotReady(t *testing.T, ready *outboxamqp.Readiness, what string, words ...string) error {
-	t.Helper()
-	var err error
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if err = ready.Ready(); err != nil && containsAll(err.Error(), words) {
-			return err
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 20s waiting for %s: Ready() = %v, want an error holding %q", what, err, words)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func containsAll(s string, words []string) bool {
-	for _, w := range words {
-		if !strings.Contains(s, w) {
-			return false
-		}
-	}
-	return true
-}
 
 // Readiness follows the queue: not ready with the fix while the queue is
 // missing, ready once it is declared and consumed, not ready again when it
@@ -70,13 +29,13 @@ func TestReadinessSaysWhyWhileTheQueueIsMissingAndIsNilWhileConsuming(t *testing
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond},
 		func(context.Context, outbox.Message) error { return nil })
 
-	waitNotReady(t, ready, "not ready while the queue is missing", "billing", d.Queue, "not found", "not consuming since")
+	readytest.WaitNotReady(t, ready, "not ready while the queue is missing", "billing", d.Queue, "not found", "not consuming since")
 	declareQueue(t, url, d)
-	waitReady(t, ready, "ready once the queue is declared")
+	readytest.WaitReady(t, ready, "ready once the queue is declared")
 	deleteQueue(t, url, d.Queue)
-	waitNotReady(t, ready, "not ready once the queue is deleted", d.Queue, "deleted")
+	readytest.WaitNotReady(t, ready, "not ready once the queue is deleted", d.Queue, "deleted")
 	declareQueue(t, url, d)
-	waitReady(t, ready, "ready again once the queue is declared again")
+	readytest.WaitReady(t, ready, "ready again once the queue is declared again")
 	stop()
 	if err := ready.Ready(); err == nil || !strings.Contains(err.Error(), "stopped") {
 		t.Fatalf("Ready() after Consume returned = %v, want an error saying it stopped", err)
@@ -94,13 +53,13 @@ func TestReadinessSaysTheConnectionIsLostWhileTheBrokerIsUnreachable(t *testing.
 	consumeQueue(t, proxy.URL(url), outboxamqp.ConsumerConfig{Queue: d.Queue, Name: "billing", Readiness: ready,
 		BackoffBase: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond},
 		func(context.Context, outbox.Message) error { return nil })
-	waitReady(t, ready, "ready while consuming")
+	readytest.WaitReady(t, ready, "ready while consuming")
 
 	// Cut drops the connection and lets new ones through: stalled at once
 	// after, well within BackoffBase, the next connection hangs unanswered.
 	proxy.Cut()
 	proxy.Stall()
-	waitNotReady(t, ready, "not ready once the connection dropped", "billing", "connection")
+	readytest.WaitNotReady(t, ready, "not ready once the connection dropped", "billing", "connection")
 	proxy.Release()
-	waitReady(t, ready, "ready once the broker answers again")
+	readytest.WaitReady(t, ready, "ready once the broker answers again")
 }

@@ -6,56 +6,15 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/kafkatest"
+	"github.com/go-outbox/outbox/internal/readytest"
 	"github.com/go-outbox/outbox/outboxkafka"
 )
-
-// waitReady polls ready until it is nil, failing the test after 20s.
-func waitReady(t *testing.T, ready *outboxkafka.Readiness, what string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := ready.Ready()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 20s waiting for %s: Ready() = %v", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// waitNotReady polls ready until its error holds every one of words.
-func waitNotReady(t *testing.T, ready *outboxkafka.Readiness, what string, words ...string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := ready.Ready()
-		if err != nil && containsAll(err.Error(), words) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 20s waiting for %s: Ready() = %v, want an error holding %q", what, err, words)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func containsAll(s string, words []string) bool {
-	for _, w := range words {
-		if !strings.Contains(s, w) {
-			return false
-		}
-	}
-	return true
-}
 
 // Readiness follows the topics: the fix while a topic is missing, nil once
 // it exists, the fix again once it is deleted, and stopped once Consume
@@ -78,11 +37,11 @@ func TestReadinessSaysWhyWhileATopicIsMissingAndIsNilWhileConsuming(t *testing.T
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 
-	waitNotReady(t, ready, "not ready while the topic is missing", cfg.Group, topic, "not found", "not consuming since")
+	readytest.WaitNotReady(t, ready, "not ready while the topic is missing", cfg.Group, topic, "not found", "not consuming since")
 	createTopic(t, c, topic)
-	waitReady(t, ready, "ready once the topic exists")
+	readytest.WaitReady(t, ready, "ready once the topic exists")
 	deleteTopic(t, c, topic)
-	waitNotReady(t, ready, "not ready once the topic is deleted", topic, "not found")
+	readytest.WaitNotReady(t, ready, "not ready once the topic is deleted", topic, "not found")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Consume: %v", err)
@@ -111,10 +70,10 @@ func TestReadinessSaysTheClusterDoesNotAnswerWhileItIsDown(t *testing.T) {
 		return nil, nil, false
 	})
 	consumeWith(t, c.Seeds(), cfg, func(context.Context, outbox.Message) error { return nil })
-	waitReady(t, cfg.Readiness, "ready while consuming")
+	readytest.WaitReady(t, cfg.Readiness, "ready while consuming")
 
 	down.Store(true)
-	waitNotReady(t, cfg.Readiness, "not ready while the cluster is down", cfg.Group, "answer")
+	readytest.WaitNotReady(t, cfg.Readiness, "not ready while the cluster is down", cfg.Group, "answer")
 	down.Store(false)
-	waitReady(t, cfg.Readiness, "ready once the cluster answers again")
+	readytest.WaitReady(t, cfg.Readiness, "ready once the cluster answers again")
 }

@@ -8,49 +8,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/go-outbox/outbox/internal/natstest"
+	"github.com/go-outbox/outbox/internal/readytest"
 	"github.com/go-outbox/outbox/outboxnats"
 )
-
-// waitReady polls ready until it is nil, failing the test after 20s.
-func waitReady(t *testing.T, ready *outboxnats.Readiness, what string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := ready.Ready()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 20s waiting for %s: Ready() = %v", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// waitNotReady polls ready until its error holds every one of words.
-func waitNotReady(t *testing.T, ready *outboxnats.Readiness, what string, words ...string) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := ready.Ready()
-		if err != nil && containsAll(err.Error(), words) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 20s waiting for %s: Ready() = %v, want an error holding %q", what, err, words)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func containsAll(s string, words []string) bool {
-	for _, w := range words {
-		if !strings.Contains(s, w) {
-			return false
-		}
-	}
-	return true
-}
 
 // Readiness follows the stream: nil while consuming, the fix while the
 // stream is missing, nil again once it is back, and stopped once Consume
@@ -66,18 +26,18 @@ func TestReadinessSaysWhyWhileTheStreamIsMissingAndIsNilWhileConsuming(t *testin
 	}
 	r := startConsume(t, srv.JetStream(t), outboxnats.ConsumerConfig{Stream: stream, Durable: "billing", Readiness: ready,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
-	waitReady(t, ready, "ready while consuming")
+	readytest.WaitReady(t, ready, "ready while consuming")
 
 	if err := admin.DeleteStream(ctxFor(t, 10*time.Second), stream); err != nil {
 		t.Fatal(err)
 	}
-	waitNotReady(t, ready, "not ready while the stream is missing", "billing", stream, "not found", "not consuming since")
+	readytest.WaitNotReady(t, ready, "not ready while the stream is missing", "billing", stream, "not found", "not consuming since")
 	if _, err := admin.CreateStream(ctxFor(t, 10*time.Second), jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ">"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ready, "ready once the stream is back")
+	readytest.WaitReady(t, ready, "ready once the stream is back")
 	r.cancel()
-	waitNotReady(t, ready, "stopped once Consume returned", "billing", "stopped")
+	readytest.WaitNotReady(t, ready, "stopped once Consume returned", "billing", "stopped")
 }
 
 // A server that stops makes the consumer not ready, saying the connection
@@ -90,12 +50,12 @@ func TestReadinessSaysTheConnectionIsLostWhileTheServerIsDown(t *testing.T) {
 	ready := &outboxnats.Readiness{}
 	startConsume(t, srv.JetStream(t), outboxnats.ConsumerConfig{Stream: stream, Durable: "billing", Readiness: ready,
 		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
-	waitReady(t, ready, "ready while consuming")
+	readytest.WaitReady(t, ready, "ready while consuming")
 
 	srv.Shutdown()
-	waitNotReady(t, ready, "not ready while the server is down", "billing", "connection")
+	readytest.WaitNotReady(t, ready, "not ready while the server is down", "billing", "connection")
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ready, "ready once the server is back")
+	readytest.WaitReady(t, ready, "ready once the server is back")
 }

@@ -10,9 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/outboxdriver"
@@ -33,27 +30,6 @@ func TestSQLiteConsoleListsDeadGroupsWithWholeErrorsAndRetriesOrDiscardsExactlyA
 // test looks for: the page must show it whole.
 const longTail = "; the broker closed the connection before the handshake ended, which it does when its queue " +
 	"is over its length limit or the user lacks the permission to publish on this exchange (END OF ERROR)"
-
-// deadLetterAll writes msgs and dead-letters each with the error errs
-// gives it, as a relay would.
-func deadLetterAll(t *testing.T, db processDB, msgs []*outbox.Message, errs func(i int, m *outbox.Message) string) {
-	t.Helper()
-	ctx := t.Context()
-	if err := db.write(ctx, msgs); err != nil {
-		t.Fatal(err)
-	}
-	token := uuid.New()
-	if got, err := db.store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 100, Lease: time.Minute, Token: token}); err != nil || len(got) != len(msgs) {
-		t.Fatalf("claim: %d, %v; want %d", len(got), err, len(msgs))
-	}
-	settle := outboxdriver.Settlement{Token: token}
-	for i, m := range msgs {
-		settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: errs(i, m)})
-	}
-	if _, err := db.store.SettleAndClaim(ctx, settle, outboxdriver.Claim{}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // groupForm returns the fields of the retry/discard form of group id on
 // the dead letters page.

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/outboxdriver"
@@ -50,23 +47,12 @@ func testDeadGroups(t *testing.T, db processDB) {
 	for i := range 2 {
 		unroutable = append(unroutable, &outbox.Message{Topic: "invoices", Key: fmt.Sprint("i", i), Payload: []byte("{}")})
 	}
-	if err := db.write(ctx, append(append([]*outbox.Message{}, unreachable...), unroutable...)); err != nil {
-		t.Fatal(err)
-	}
-	token := uuid.New()
-	if got, err := db.store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: token}); err != nil || len(got) != 5 {
-		t.Fatalf("claim: %d, %v; want 5", len(got), err)
-	}
-	settle := outboxdriver.Settlement{Token: token}
-	for i, m := range unreachable {
-		settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: fmt.Sprintf("attempt 12 of 12: dial tcp 10.0.0.%d:5672: connection refused", i+1)})
-	}
-	for _, m := range unroutable {
-		settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: "permanent failure: 312 NO_ROUTE for " + m.ID.String()})
-	}
-	if _, err := db.store.SettleAndClaim(ctx, settle, outboxdriver.Claim{}); err != nil {
-		t.Fatal(err)
-	}
+	deadLetterAll(t, db, append(append([]*outbox.Message{}, unreachable...), unroutable...), func(i int, m *outbox.Message) string {
+		if m.Topic == "orders" {
+			return fmt.Sprintf("attempt 12 of 12: dial tcp 10.0.0.%d:5672: connection refused", i+1)
+		}
+		return "permanent failure: 312 NO_ROUTE for " + m.ID.String()
+	})
 	if err := db.store.RecordAttempts(ctx, []outboxdriver.Attempt{
 		{MessageID: unreachable[0].ID, Number: 1, Outcome: outboxdriver.AttemptRetried, Class: outboxdriver.ClassRetryable, Error: "dial tcp 10.0.0.1:5672: i/o timeout"},
 		{MessageID: unreachable[0].ID, Number: 2, Outcome: outboxdriver.AttemptDead, Class: outboxdriver.ClassExhausted, Error: "dial tcp 10.0.0.1:5672: connection refused"},

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
-	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 func TestReplayPublishesKeptMessagesAgainAfterADryRun(t *testing.T) {
@@ -27,17 +26,7 @@ func TestSQLiteReplayPublishesKeptMessagesAgainAfterADryRun(t *testing.T) {
 func testReplay(t *testing.T, db processDB) {
 	ctx := t.Context()
 	msgs := []*outbox.Message{{Topic: "orders", Payload: []byte("1")}, {Topic: "orders", Payload: []byte("2")}, {Topic: "invoices", Payload: []byte("3")}}
-	if err := db.write(ctx, msgs); err != nil {
-		t.Fatal(err)
-	}
-	token := uuid.New()
-	claimed, err := db.store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: token})
-	if err != nil || len(claimed) != 3 {
-		t.Fatalf("claim: %d, %v; want 3", len(claimed), err)
-	}
-	if _, err := db.store.SettleAndClaim(ctx, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{msgs[0].ID, msgs[1].ID, msgs[2].ID}, KeepPublished: true}, outboxdriver.Claim{}); err != nil {
-		t.Fatal(err)
-	}
+	publishKeepingAll(t, db, msgs)
 	with := func(args ...string) []string { return append(append(args, "--database-url", db.url), db.args...) }
 
 	if code, _, errOut := cli(t, with("replay")...); code != 2 || !strings.Contains(errOut, "--all") {
