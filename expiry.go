@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -131,15 +130,6 @@ func (r *Relay) publishUnexpired(ctx context.Context, batch []Message) []error {
 		return results
 	}
 	errs := r.publishBatch(ctx, send)
-	if len(errs) != len(send) {
-		// A broken publisher: its results cannot be matched to the
-		// messages, so none is taken as published.
-		err := fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(send))
-		for i := range results {
-			results[i] = cmp.Or(results[i], err)
-		}
-		return results
-	}
 	for j, i := range sentAt {
 		results[i] = errs[j]
 	}

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,33 @@ func TestAMessageThatExpiresWhileEarlierWavesOfItsKeyGoOutIsDeadAndHoldsTheRest(
 	}
 	if len(settle.Release) != 1 || settle.Release[0] != after.ID {
 		t.Fatalf("settlement %+v; want the third handed back untried behind the dead one", settle)
+	}
+}
+
+// overcountingPublisher returns one result more than it was given messages.
+type overcountingPublisher struct{ calls [][]Message }
+
+func (p *overcountingPublisher) Publish(_ context.Context, msgs []Message) []error {
+	p.calls = append(p.calls, msgs)
+	return make([]error, len(msgs)+1)
+}
+func (p *overcountingPublisher) Close() error { return nil }
+
+func TestABrokenPublishersResultsAreNeverTakenForMessagesItWasNotGiven(t *testing.T) {
+	t.Parallel()
+	pub := &overcountingPublisher{}
+	r, err := NewRelay(noStore{}, pub, Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Waves: A1 and B1 first; the publisher answers 3 results, as many as
+	// the whole batch holds, which must not make A2 published.
+	a1, a2, b1 := Message{ID: uuid.New(), Topic: "t", Key: "a"}, Message{ID: uuid.New(), Topic: "t", Key: "a"}, Message{ID: uuid.New(), Topic: "t", Key: "b"}
+	settle, _, _ := r.publish(context.Background(), uuid.New(), []Message{a1, a2, b1}, time.Now(), time.Second)
+	if len(settle.Published) != 0 {
+		t.Fatalf("published %v after a publisher answered 3 results for 2 messages; want none taken as published", settle.Published)
+	}
+	if len(pub.calls) != 1 {
+		t.Fatalf("the publisher was called %d times; want once (A2 waits behind the failed A1)", len(pub.calls))
 	}
 }

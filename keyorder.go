@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/go-outbox/outbox/outboxdriver"
@@ -36,7 +37,7 @@ type KeyOrderKeeper interface {
 // KeyOrderKeeper). The result has one error per message of batch.
 func (r *Relay) publishBatch(ctx context.Context, batch []Message) []error {
 	if _, keeps := r.pub.(KeyOrderKeeper); keeps || !r.claimsInKeyOrder() || !hasRuns(batch) {
-		return r.pub.Publish(ctx, batch)
+		return r.publishChecked(ctx, batch)
 	}
 	results := make([]error, len(batch))
 	sent := make([]bool, len(batch))
@@ -79,10 +80,7 @@ func (r *Relay) publishBatch(ctx context.Context, batch []Message) []error {
 		for j, i := range at {
 			msgs[j] = batch[i]
 		}
-		errs := r.pub.Publish(ctx, msgs)
-		if len(errs) != len(msgs) {
-			return errs // the caller reports the broken publisher
-		}
+		errs := r.publishChecked(ctx, msgs)
 		for j, i := range at {
 			sent[i], results[i] = true, errs[j]
 			if k := batch[i].Key; errs[j] != nil && k != "" {
@@ -119,4 +117,22 @@ func hasRuns(batch []Message) bool {
 		}
 	}
 	return false
+}
+
+// publishChecked hands msgs to the publisher and returns one result per
+// message. A publisher that returns another number of results is broken:
+// its results cannot be matched to the messages, so none is taken as
+// published; each gets a retryable error, and the relay logs it.
+func (r *Relay) publishChecked(ctx context.Context, msgs []Message) []error {
+	errs := r.pub.Publish(ctx, msgs)
+	if len(errs) == len(msgs) {
+		return errs
+	}
+	err := fmt.Errorf("publisher returned %d results for %d messages", len(errs), len(msgs))
+	r.log.Error("outbox relay: broken publisher", slog.Any("error", err))
+	errs = make([]error, len(msgs))
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }

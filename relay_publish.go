@@ -38,14 +38,6 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 	pubCtx, observed := r.cfg.Observer.Publishing(pubCtx, r.store.Name(), batch)
 	results := r.publishUnexpired(pubCtx, batch)
 	cancel()
-	if len(results) != len(batch) {
-		err := fmt.Errorf("publisher returned %d results for %d messages", len(results), len(batch))
-		r.log.Error("outbox relay: broken publisher", slog.Any("error", err))
-		results = make([]error, len(batch))
-		for i := range results {
-			results[i] = err
-		}
-	}
 	observed(results)
 	settle = outboxdriver.Settlement{Token: token, KeepPublished: r.cfg.Retention > 0}
 	var release []uuid.UUID
