@@ -46,7 +46,7 @@ func (r *Relay) PublishNow(ctx context.Context, ids ...uuid.UUID) (published int
 		return 0, nil
 	}
 	settle, notes, _ := r.publish(ctx, token, batch, claimed, errorPauseMin)
-	r.recordFailures(ctx, &notes)
+	r.recordFailures(ctx, &notes, claimed.Add(r.cfg.LeaseDuration))
 	if !r.record(ctx, r.log, settle) {
 		return 0, fmt.Errorf("outbox: the outcomes of %d message(s) published at once could not be recorded; those published go out again after their lease", len(batch))
 	}

@@ -268,7 +268,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		if stopping && settle.Empty() {
 			return
 		}
-		r.recordFailures(ctx, &notes)
+		r.recordFailures(ctx, &notes, settleBy)
 		// The lease starts when the database runs the claim, which is after
 		// this moment: deadlines counted from here end before the lease.
 		claimed := time.Now()
@@ -330,7 +330,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			// pause may outlast the lease, after which another worker could
 			// claim and send again the messages published in it.
 			log.Warn("outbox relay: destination unavailable; messages postponed without counting an attempt", slog.Duration("pause", outage.Next()))
-			r.recordFailures(ctx, &notes)
+			r.recordFailures(ctx, &notes, settleBy)
 			if r.record(ctx, log, settle) {
 				settle = outboxdriver.Settlement{}
 				r.forgetPublished(ctx, notes)

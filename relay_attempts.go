@@ -44,10 +44,19 @@ func permanentClass(err error) outboxdriver.AttemptClass {
 // for operators only: a failure is logged, and a store whose table has no
 // history (not migrated that far) is told once and asked again only by the
 // hourly purge.
-func (r *Relay) recordFailures(ctx context.Context, notes *attemptNotes) {
+//
+// It comes before the settlement, so it must not eat the lease the
+// settlement has left: it gets a quarter of the time until settleBy (at
+// most storeCallTimeout), and is skipped when that is under a millisecond.
+func (r *Relay) recordFailures(ctx context.Context, notes *attemptNotes, settleBy time.Time) {
 	failed := notes.failed
 	notes.failed = nil
-	r.withAttempts(ctx, len(failed), func(ctx context.Context, rec outboxdriver.AttemptRecorder) error {
+	budget := min(storeCallTimeout, time.Until(settleBy)/4)
+	if len(failed) > 0 && budget < time.Millisecond {
+		r.log.Warn("outbox relay: not writing the history of failed attempts: the lease of their batch is nearly over, and recording its outcomes comes first", slog.Int("attempts", len(failed)))
+		return
+	}
+	r.withAttempts(ctx, len(failed), budget, func(ctx context.Context, rec outboxdriver.AttemptRecorder) error {
 		return rec.RecordAttempts(ctx, failed)
 	})
 }
@@ -55,19 +64,19 @@ func (r *Relay) recordFailures(ctx context.Context, notes *attemptNotes) {
 // forgetPublished deletes the history of the messages notes saw published,
 // once the settlement that says so was taken.
 func (r *Relay) forgetPublished(ctx context.Context, notes attemptNotes) {
-	r.withAttempts(ctx, len(notes.published), func(ctx context.Context, rec outboxdriver.AttemptRecorder) error {
+	r.withAttempts(ctx, len(notes.published), storeCallTimeout, func(ctx context.Context, rec outboxdriver.AttemptRecorder) error {
 		return rec.ForgetAttempts(ctx, notes.published)
 	})
 }
 
-// withAttempts runs do on the store's history of attempts when it keeps
-// one and there are n things to do.
-func (r *Relay) withAttempts(ctx context.Context, n int, do func(context.Context, outboxdriver.AttemptRecorder) error) {
+// withAttempts runs do, bounded by timeout, on the store's history of
+// attempts when it keeps one and there are n things to do.
+func (r *Relay) withAttempts(ctx context.Context, n int, timeout time.Duration, do func(context.Context, outboxdriver.AttemptRecorder) error) {
 	rec, ok := r.store.(outboxdriver.AttemptRecorder)
 	if !ok || n == 0 || r.noAttempts.Load() {
 		return
 	}
-	storeCtx, cancel := r.storeCtx(ctx)
+	storeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	err := do(storeCtx, rec)
 	switch {
