@@ -239,9 +239,9 @@ func TestTableGaugesCountStuckKeysOnEveryStore(t *testing.T) {
 			}
 			old := time.Now().Add(-10 * time.Minute)
 			sub.write(t,
-				&outbox.Message{Topic: "orders", Key: "order-1", CreatedAt: old},
+				&outbox.Message{Topic: "orders", Key: "order-1", CreatedAt: old, AvailableAt: old},
 				&outbox.Message{Topic: "orders", Key: "order-1"},
-				&outbox.Message{Topic: "orders", Key: "order-2", CreatedAt: old},
+				&outbox.Message{Topic: "orders", Key: "order-2", CreatedAt: old, AvailableAt: old},
 				&outbox.Message{Topic: "orders", Key: "order-3"},
 				&outbox.Message{Topic: "orders", CreatedAt: old},
 			)
@@ -276,7 +276,7 @@ func TestTableGaugesOfATableWithoutRelayRegistryLeaveOutOnlyTheRelaysOnEveryStor
 		t.Run(name, func(t *testing.T) {
 			sub := stores[name](t, version)
 			g := watch(t, sub.store)
-			sub.write(t, &outbox.Message{Topic: "orders", Key: "order-1", CreatedAt: time.Now().Add(-10 * time.Minute)})
+			sub.write(t, &outbox.Message{Topic: "orders", Key: "order-1", CreatedAt: time.Now().Add(-10 * time.Minute), AvailableAt: time.Now().Add(-10 * time.Minute)})
 			var got map[string]float64
 			for range 3 {
 				got = g.collect(t)
