@@ -16,12 +16,15 @@ var _ outboxdriver.Replayer = (*Store)(nil)
 // $1 topic, $2 key, $3 and $4 the CreatedAt bounds, $5 ids (an empty
 // string, NULL and an empty array match all), leaving out those whose
 // expiry passed: replayed, they would only be dead-lettered as expired
-// (and, in key order, hold their key's newer messages).
+// (and, in key order, hold their key's newer messages). Only a value that
+// looks like a time is cast, so that a header written by hand cannot fail
+// the statement.
 const replayMatch = `status = 'published'
 	AND ($1 = '' OR topic = $1) AND ($2 = '' OR key = $2)
 	AND ($3::timestamptz IS NULL OR created_at >= $3) AND ($4::timestamptz IS NULL OR created_at < $4)
 	AND (cardinality($5::uuid[]) = 0 OR id = ANY($5::uuid[]))
-	AND NOT COALESCE((headers->>'` + outbox.HeaderExpiresAt + `')::timestamptz <= now(), false)`
+	AND NOT COALESCE(CASE WHEN headers->>'` + outbox.HeaderExpiresAt + `' ~ '^[1-9][0-9]{3}-[0-9]{2}-[0-9]{2}T'
+		THEN (headers->>'` + outbox.HeaderExpiresAt + `')::timestamptz END <= now(), false)`
 
 // Replay makes kept published messages pending again. Rows a concurrent
 // replay or cleanup holds are passed over (SKIP LOCKED), so a replay never

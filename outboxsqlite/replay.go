@@ -19,7 +19,7 @@ var _ outboxdriver.Replayer = (*Store)(nil)
 // their key's newer messages).
 func replayWhere(f outboxdriver.ReplayFilter, now int64) (string, []any) {
 	where := []string{"status = 'published'",
-		`NOT COALESCE(unixepoch(json_extract(headers, '$."` + outbox.HeaderExpiresAt + `"'), 'subsec') * 1000000 <= ?, 0)`}
+		`NOT COALESCE(unixepoch(CASE WHEN json_valid(headers) THEN json_extract(headers, '$."` + outbox.HeaderExpiresAt + `"') END, 'subsec') * 1000000 <= ?, 0)`}
 	args := []any{now}
 	if f.Topic != "" {
 		where, args = append(where, "topic = ?"), append(args, f.Topic)

@@ -16,10 +16,11 @@ type relayReport struct {
 	now  time.Time // the database's clock when they were read
 	live int
 	err  error // the registry could not be read (nil when read)
-	// dueNow is whether a message is due now, by the store's idle probe
-	// (NextDue), for the no-progress warning: messages scheduled for
-	// later are no lack of progress.
-	dueNow bool
+	// nextDue is how soon a pending message is due, by the store's idle
+	// probe (NextDue; zero when it could not tell), for the no-progress
+	// warning: messages scheduled for later are no lack of progress,
+	// while messages retried with a backoff come due again soon.
+	nextDue time.Duration
 }
 
 // readRelays reads the registry of the store behind admin, if it keeps one.
@@ -32,10 +33,11 @@ func readRelays(ctx context.Context, admin outboxdriver.Admin) relayReport {
 	if err != nil {
 		return relayReport{err: err}
 	}
-	r := relayReport{rows: rows, now: now, dueNow: true}
+	r := relayReport{rows: rows, now: now}
 	if store, ok := admin.(outboxdriver.Store); ok {
-		wait, pending, err := store.NextDue(ctx)
-		r.dueNow = err != nil || (pending && wait <= 0) // unknown: warn rather than hide
+		if wait, pending, err := store.NextDue(ctx); err == nil && pending {
+			r.nextDue = max(wait, 0)
+		}
 	}
 	for _, row := range rows {
 		if row.Live(now) {

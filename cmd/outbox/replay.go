@@ -75,6 +75,9 @@ ones. Running the same replay again sends the messages again.`,
 			case matching == 0:
 				fmt.Fprintln(out, "0 published messages match: only messages published while relays ran with --retention are kept, until it ends (and those whose expiry passed are left out)")
 				return nil
+			case matching > limit && dryRun:
+				fmt.Fprintf(out, "%d published message(s) match, more than --limit %d: a replay of them would be refused; narrow the choice or raise --limit\n", matching, limit)
+				return nil
 			case matching > limit:
 				return fmt.Errorf("%d published messages match, more than --limit %d: narrow the choice (--topic, --key, --since, --until) or raise --limit", matching, limit)
 			case dryRun:

@@ -36,7 +36,7 @@ func why(k outboxdriver.StuckKey) string {
 	case k.Attempts > 0:
 		return fmt.Sprintf("retrying, %d failed attempt(s), last: %s", k.Attempts, k.LastError)
 	case k.LastError != "":
-		return "postponed while its destination is unavailable (no attempt counted), last: " + k.LastError
+		return "no attempt counted: postponed while its destination was unavailable, or retried from the dead letters; last error: " + k.LastError
 	}
 	return "not tried yet (no relay reached it: are relays running, and keeping up?)"
 }
@@ -73,15 +73,15 @@ func (r stuckReport) json() any {
 	return map[string]any{"total": r.total, "threshold_seconds": r.threshold.Seconds(), "keys": keys}
 }
 
-// noProgress is the warning for a table with a message due now whose
-// oldest pending message waited past threshold while no relay published
-// anything for as long, or "". Messages scheduled for later are no lack of
-// progress: the store's idle probe (NextDue) tells whether one is due.
+// noProgress is the warning for a table whose oldest pending message
+// waited past threshold while no relay published anything for as long,
+// unless no message comes due within threshold either (only messages
+// scheduled for later wait), or "".
 func noProgress(st outboxdriver.Stats, relays relayReport, threshold time.Duration) string {
 	if st.Pending == 0 || st.OldestPending <= threshold || relays.err != nil {
 		return ""
 	}
-	if !relays.dueNow {
+	if relays.nextDue > threshold {
 		return ""
 	}
 	var last time.Time
