@@ -54,6 +54,8 @@ func relayHarness(t *testing.T, opts outboxsqlite.Options) (relaytest.Harness, *
 		// the relay sends to look for work.
 		Statements: log.sent,
 		Scale:      0.25,
+		// Any write to the file wakes the relays on it, its own beats too.
+		OwnWritesWake: true,
 	}, store, log
 }
 

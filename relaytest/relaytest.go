@@ -40,6 +40,10 @@ type Harness struct {
 	Statements func() []string
 	// Scale shrinks the large tests for slow stores: 1 is full size.
 	Scale float64
+	// OwnWritesWake is set for a store whose wake-up fires on any write
+	// to the database, the relay's own registry beats included (SQLite's
+	// change watcher): each beat may then wake the relay's idle workers.
+	OwnWritesWake bool
 }
 
 // Run runs the suite; newHarness is called once per test.
