@@ -146,6 +146,23 @@ func (d *sqliteDB) inbox(ctx context.Context, table string) (inboxTable, error) 
 
 func (d *sqliteDB) get(ctx context.Context) (*outboxsqlite.Store, error) { return d.open(ctx, false) }
 
+// withStore calls fn with the store, opened on first use: the methods
+// below pass each call through to it.
+func withStore[T any](ctx context.Context, d *sqliteDB, fn func(*outboxsqlite.Store) (T, error)) (T, error) {
+	s, err := d.get(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return fn(s)
+}
+
+// withStore0 is withStore for calls that return only an error.
+func withStore0(ctx context.Context, d *sqliteDB, fn func(*outboxsqlite.Store) error) error {
+	_, err := withStore(ctx, d, func(s *outboxsqlite.Store) (struct{}, error) { return struct{}{}, fn(s) })
+	return err
+}
+
 func (d *sqliteDB) close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -170,19 +187,11 @@ func (d *sqliteDB) send(ctx context.Context, msgs ...*outbox.Message) error {
 func (d *sqliteDB) Name() string { return d.name }
 
 func (d *sqliteDB) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s.SettleAndClaim(ctx, settle, claim)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) ([]outbox.Message, error) { return s.SettleAndClaim(ctx, settle, claim) })
 }
 
 func (d *sqliteDB) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error {
-	s, err := d.get(ctx)
-	if err != nil {
-		return err
-	}
-	return s.Release(ctx, token, ids)
+	return withStore0(ctx, d, func(s *outboxsqlite.Store) error { return s.Release(ctx, token, ids) })
 }
 
 func (d *sqliteDB) NextDue(ctx context.Context) (time.Duration, bool, error) {
@@ -194,11 +203,7 @@ func (d *sqliteDB) NextDue(ctx context.Context) (time.Duration, bool, error) {
 }
 
 func (d *sqliteDB) PurgePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return s.PurgePublished(ctx, olderThan, limit)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.PurgePublished(ctx, olderThan, limit) })
 }
 
 // CheckSchema says a missing file is a table not migrated yet, like a
@@ -232,59 +237,31 @@ func (d *sqliteDB) ListenForWrites(ctx context.Context, wake func()) error {
 }
 
 func (d *sqliteDB) Stats(ctx context.Context) (outboxdriver.Stats, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return outboxdriver.Stats{}, err
-	}
-	return s.Stats(ctx)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (outboxdriver.Stats, error) { return s.Stats(ctx) })
 }
 
 func (d *sqliteDB) RecordAttempts(ctx context.Context, attempts []outboxdriver.Attempt) error {
-	s, err := d.get(ctx)
-	if err != nil {
-		return err
-	}
-	return s.RecordAttempts(ctx, attempts)
+	return withStore0(ctx, d, func(s *outboxsqlite.Store) error { return s.RecordAttempts(ctx, attempts) })
 }
 
 func (d *sqliteDB) Attempts(ctx context.Context, id uuid.UUID) ([]outboxdriver.Attempt, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s.Attempts(ctx, id)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) ([]outboxdriver.Attempt, error) { return s.Attempts(ctx, id) })
 }
 
 func (d *sqliteDB) ForgetAttempts(ctx context.Context, ids []uuid.UUID) error {
-	s, err := d.get(ctx)
-	if err != nil {
-		return err
-	}
-	return s.ForgetAttempts(ctx, ids)
+	return withStore0(ctx, d, func(s *outboxsqlite.Store) error { return s.ForgetAttempts(ctx, ids) })
 }
 
 func (d *sqliteDB) LastFailures(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]time.Time, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s.LastFailures(ctx, ids)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (map[uuid.UUID]time.Time, error) { return s.LastFailures(ctx, ids) })
 }
 
 func (d *sqliteDB) PurgeAttempts(ctx context.Context, limit int) (int, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return s.PurgeAttempts(ctx, limit)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.PurgeAttempts(ctx, limit) })
 }
 
 func (d *sqliteDB) Replay(ctx context.Context, f outboxdriver.ReplayFilter, limit int, dryRun bool) (int, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return s.Replay(ctx, f, limit, dryRun)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.Replay(ctx, f, limit, dryRun) })
 }
 
 func (d *sqliteDB) StuckKeys(ctx context.Context, olderThan time.Duration, limit int) ([]outboxdriver.StuckKey, int, error) {
@@ -296,19 +273,11 @@ func (d *sqliteDB) StuckKeys(ctx context.Context, olderThan time.Duration, limit
 }
 
 func (d *sqliteDB) BeatRelay(ctx context.Context, beat outboxdriver.RelayBeat) error {
-	s, err := d.get(ctx)
-	if err != nil {
-		return err
-	}
-	return s.BeatRelay(ctx, beat)
+	return withStore0(ctx, d, func(s *outboxsqlite.Store) error { return s.BeatRelay(ctx, beat) })
 }
 
 func (d *sqliteDB) RemoveRelay(ctx context.Context, id uuid.UUID) error {
-	s, err := d.get(ctx)
-	if err != nil {
-		return err
-	}
-	return s.RemoveRelay(ctx, id)
+	return withStore0(ctx, d, func(s *outboxsqlite.Store) error { return s.RemoveRelay(ctx, id) })
 }
 
 func (d *sqliteDB) Relays(ctx context.Context) ([]outboxdriver.RelayRow, time.Time, error) {
@@ -320,43 +289,23 @@ func (d *sqliteDB) Relays(ctx context.Context) ([]outboxdriver.RelayRow, time.Ti
 }
 
 func (d *sqliteDB) Get(ctx context.Context, id uuid.UUID) (outbox.Message, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return outbox.Message{}, err
-	}
-	return s.Get(ctx, id)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (outbox.Message, error) { return s.Get(ctx, id) })
 }
 
 func (d *sqliteDB) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]outbox.Message, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return s.ListDead(ctx, after, limit)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) ([]outbox.Message, error) { return s.ListDead(ctx, after, limit) })
 }
 
 func (d *sqliteDB) RetryDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return s.RetryDead(ctx, ids...)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.RetryDead(ctx, ids...) })
 }
 
 func (d *sqliteDB) RetryAllDead(ctx context.Context) (int, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return s.RetryAllDead(ctx)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.RetryAllDead(ctx) })
 }
 
 func (d *sqliteDB) DiscardDead(ctx context.Context, ids ...uuid.UUID) (int, error) {
-	s, err := d.get(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return s.DiscardDead(ctx, ids...)
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.DiscardDead(ctx, ids...) })
 }
 
 // Up creates the database file if it is missing, then the table.
