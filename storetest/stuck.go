@@ -23,6 +23,13 @@ func testStuckKeys(t *testing.T, s *suite) {
 		return &outbox.Message{Topic: "stuck", Key: key, Payload: []byte(key)}
 	}
 	a1, a2, b1, b2, x := msg("a"), msg("a"), msg("b"), msg("b"), msg("")
+	// a and b were written, and due, an hour ago (a's head a minute
+	// before): no test waits on the clock for a head to grow old.
+	hourAgo := s.now(t).Add(-time.Hour)
+	for _, m := range []*outbox.Message{a1, a2, b1, b2, x} {
+		m.CreatedAt, m.AvailableAt = hourAgo, hourAgo
+	}
+	a1.CreatedAt, a1.AvailableAt = hourAgo.Add(-time.Minute), hourAgo.Add(-time.Minute)
 	scheduled := msg("d") // due in an hour: waiting for its time, not stuck
 	scheduled.AvailableAt = s.now(t).Add(time.Hour)
 	s.write(t, a1)
@@ -39,13 +46,8 @@ func testStuckKeys(t *testing.T, s *suite) {
 	if s.held() {
 		s.waitNoneInFlight(t)
 	}
-	// c's head is written after a and b's heads have waited a while, and
-	// is not stuck at a threshold below that while.
-	const threshold = 500 * time.Millisecond
-	written := s.now(t)
-	for s.now(t).Sub(written) <= 2*threshold {
-		time.Sleep(10 * time.Millisecond)
-	}
+	// c's head is written now, and not stuck at a threshold of half an hour.
+	const threshold = 30 * time.Minute
 	s.write(t, msg("c"))
 
 	keys, total, err := finder.StuckKeys(t.Context(), threshold, 10)
@@ -56,8 +58,8 @@ func testStuckKeys(t *testing.T, s *suite) {
 		t.Fatalf("stuck keys %+v (total %d); want a then b, 2 in all (c is new, d scheduled, x has no key)", keys, total)
 	}
 	a, b := keys[0], keys[1]
-	if a.Head != a1.ID || a.Topic != "stuck" || a.Attempts != 1 || a.LastError != "broker said no" || a.BehindDead || a.Waiting <= 2*threshold {
-		t.Fatalf("key a: %+v; want head %s after 1 attempt (\"broker said no\"), not behind dead, waiting over %v", a, a1.ID, 2*threshold)
+	if a.Head != a1.ID || a.Topic != "stuck" || a.Attempts != 1 || a.LastError != "broker said no" || a.BehindDead || a.Waiting < time.Hour {
+		t.Fatalf("key a: %+v; want head %s after 1 attempt (\"broker said no\"), not behind dead, waiting since it was written over an hour ago", a, a1.ID)
 	}
 	if b.Head != b2.ID || b.Attempts != 0 || !b.BehindDead {
 		t.Fatalf("key b: %+v; want head %s, untried, behind the dead %s", b, b2.ID, b1.ID)
@@ -66,7 +68,7 @@ func testStuckKeys(t *testing.T, s *suite) {
 	if err != nil || total != 2 || len(keys) != 1 || keys[0].Key != "a" {
 		t.Fatalf("StuckKeys(limit 1) = %+v, %d, %v; want only a, 2 in all", keys, total, err)
 	}
-	if keys, total, err := finder.StuckKeys(t.Context(), time.Hour, 10); err != nil || total != 0 || len(keys) != 0 {
-		t.Fatalf("StuckKeys(1h) = %+v, %d, %v; want none", keys, total, err)
+	if keys, total, err := finder.StuckKeys(t.Context(), 2*time.Hour, 10); err != nil || total != 0 || len(keys) != 0 {
+		t.Fatalf("StuckKeys(2h) = %+v, %d, %v; want none", keys, total, err)
 	}
 }
