@@ -98,6 +98,10 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxpg.DirectionDown))
 	// Output:
+	// -- 010_minutes.down.sql
+	// DROP TABLE "billing"."outbox_minutes";
+	// -- 009_paused.down.sql
+	// DROP TABLE "billing"."outbox_paused";
 	// -- 008_attempts.down.sql
 	// DROP TABLE "billing"."outbox_attempts";
 	// -- 007_relays.down.sql

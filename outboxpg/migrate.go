@@ -37,7 +37,7 @@ var embedded = migrations.MustLoad(migrationFiles, "outboxpg")
 // substitute fills a migration's placeholders with quoted identifiers built
 // from validated names.
 func substitute(sql string, n names) string {
-	return migrations.Substitute(sql, map[string]string{"schema": n.qSchema, "table": n.qTable, "relays": n.qRelays, "attempts": n.qAttempts}, n.table, sqlident.Quote)
+	return migrations.Substitute(sql, map[string]string{"schema": n.qSchema, "table": n.qTable, "relays": n.qRelays, "attempts": n.qAttempts, "paused": n.qPaused, "minutes": n.qMinutes}, n.table, sqlident.Quote)
 }
 
 // Migrator creates, upgrades and drops an outbox table with the embedded,

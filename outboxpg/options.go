@@ -134,6 +134,8 @@ type names struct {
 	qMigr     string // quoted schema.table_migrations
 	qRelays   string // quoted schema.table_relays, the relay registry
 	qAttempts string // quoted schema.table_attempts, failed attempts
+	qPaused   string // quoted schema.table_paused, paused topics
+	qMinutes  string // quoted schema.table_minutes, the per-minute rollup
 
 	channel string // NOTIFY channel, unquoted (pg_notify takes it as text)
 
@@ -164,6 +166,8 @@ func (o Options) resolve() (names, error) {
 		qMigr:     sqlident.Quote(schema) + "." + sqlident.Quote(table+"_migrations"),
 		qRelays:   sqlident.Quote(schema) + "." + sqlident.Quote(table+"_relays"),
 		qAttempts: sqlident.Quote(schema) + "." + sqlident.Quote(table+"_attempts"),
+		qPaused:   sqlident.Quote(schema) + "." + sqlident.Quote(table+"_paused"),
+		qMinutes:  sqlident.Quote(schema) + "." + sqlident.Quote(table+"_minutes"),
 		channel:   channelName(schema, table),
 	}
 	n.purgeLockKey = lockKey("outboxpg purge " + schema + "." + table)

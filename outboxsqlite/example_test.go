@@ -78,6 +78,10 @@ func ExampleMigrator_SQL() {
 	}
 	fmt.Print(m.SQL(outboxsqlite.DirectionDown))
 	// Output:
+	// -- 009_minutes.down.sql
+	// DROP TABLE "outbox_minutes";
+	// -- 008_paused.down.sql
+	// DROP TABLE "outbox_paused";
 	// -- 007_attempts.down.sql
 	// DROP TABLE "outbox_attempts";
 	// -- 006_relays.down.sql

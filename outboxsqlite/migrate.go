@@ -35,7 +35,7 @@ var embedded = migrations.MustLoad(migrationFiles, "outboxsqlite")
 // from validated names. Index names carry the table's name because SQLite's
 // index names are global to the database file.
 func substitute(sql string, s settings) string {
-	return migrations.Substitute(sql, map[string]string{"table": s.qTable, "relays": s.qRelays, "attempts": s.qAttempts}, s.table, sqlident.Quote)
+	return migrations.Substitute(sql, map[string]string{"table": s.qTable, "relays": s.qRelays, "attempts": s.qAttempts, "paused": s.qPaused, "minutes": s.qMinutes}, s.table, sqlident.Quote)
 }
 
 // Migrator creates, upgrades and drops an outbox table with the embedded,

@@ -87,6 +87,8 @@ type settings struct {
 	qMigr     string // quoted <table>_migrations
 	qRelays   string // quoted <table>_relays, the relay registry
 	qAttempts string // quoted <table>_attempts, failed attempts
+	qPaused   string // quoted <table>_paused, paused topics
+	qMinutes  string // quoted <table>_minutes, the per-minute rollup
 
 	busyTimeout     time.Duration
 	createIfMissing bool
@@ -115,6 +117,8 @@ func (o Options) resolve() (settings, error) {
 		qMigr:           sqlident.Quote(table + "_migrations"),
 		qRelays:         sqlident.Quote(table + "_relays"),
 		qAttempts:       sqlident.Quote(table + "_attempts"),
+		qPaused:         sqlident.Quote(table + "_paused"),
+		qMinutes:        sqlident.Quote(table + "_minutes"),
 		busyTimeout:     o.BusyTimeout,
 		createIfMissing: o.CreateIfMissing,
 		orderByKey:      o.OrderByKey,

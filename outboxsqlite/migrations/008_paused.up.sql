@@ -1,0 +1,15 @@
+-- Paused topics: `outbox pause --topic T` adds a row, `outbox resume`
+-- deletes it. Pausing moves the topic's pending messages out of the due
+-- range (their available_at moves forward by outboxdriver.PauseShift,
+-- keeping their schedule), so claims never read past them, and relays of
+-- any release leave them alone; resuming moves them back. Relays read this
+-- table about every second and postpone the same way a message of a paused
+-- topic written after the pause. Times are microseconds since the Unix
+-- epoch, as in the outbox table.
+CREATE TABLE {{paused}} (
+	topic      TEXT    NOT NULL,
+	paused_at  INTEGER NOT NULL,
+	paused_by  TEXT    NOT NULL,
+	reason     TEXT    NOT NULL,
+	CONSTRAINT {{name:paused_pkey}} PRIMARY KEY (topic)
+) STRICT;
