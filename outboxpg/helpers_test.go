@@ -105,7 +105,24 @@ func pgxHarnessWith(t *testing.T, pool *pgxpool.Pool, opts outboxpg.Options) sto
 			}))
 		},
 		SetStoredHeaders: setStoredHeaders(pool, store.Name()),
+		SetMinute:        setMinute(pool, store.Name()),
 		CountHeld:        countHeld(pool, store.Name(), opts.TransactionLeases),
+	}
+}
+
+// setMinute is storetest.Harness.SetMinute for the table named
+// schema.table.
+func setMinute(pool *pgxpool.Pool, name string) func(ctx context.Context, m outboxdriver.Minute) error {
+	schema, table, _ := strings.Cut(name, ".")
+	return func(ctx context.Context, m outboxdriver.Minute) error {
+		var pending, oldestMS *int64
+		if m.Sampled {
+			ms := m.OldestPending.Milliseconds()
+			pending, oldestMS = &m.Pending, &ms
+		}
+		_, err := pool.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, table + "_minutes"}.Sanitize()+` (minute, published, failed, pending, oldest_ms) VALUES ($1, $2, $3, $4, $5)`,
+			m.Start, m.Published, m.Failed, pending, oldestMS)
+		return err
 	}
 }
 
@@ -219,6 +236,7 @@ func sqlHarness(t *testing.T) storetest.Harness {
 			}))
 		},
 		SetStoredHeaders: setStoredHeaders(pool, store.Name()),
+		SetMinute:        setMinute(pool, store.Name()),
 	}
 }
 

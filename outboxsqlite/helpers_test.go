@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxsqlite"
 	"github.com/go-outbox/outbox/storetest"
 )
@@ -102,6 +103,16 @@ func harness(t *testing.T, store *outboxsqlite.Store) storetest.Harness {
 		},
 		SetStoredHeaders: func(ctx context.Context, id uuid.UUID, raw string) error {
 			_, err := store.DB().ExecContext(ctx, `UPDATE `+store.Name()+` SET headers = ? WHERE id = ?`, raw, id.String())
+			return err
+		},
+		SetMinute: func(ctx context.Context, m outboxdriver.Minute) error {
+			var pending, oldestMS sql.NullInt64
+			if m.Sampled {
+				pending = sql.NullInt64{Int64: m.Pending, Valid: true}
+				oldestMS = sql.NullInt64{Int64: m.OldestPending.Milliseconds(), Valid: true}
+			}
+			_, err := store.DB().ExecContext(ctx, `INSERT INTO `+store.Name()+`_minutes (minute, published, failed, pending, oldest_ms) VALUES (?, ?, ?, ?, ?)`,
+				m.Start.UnixMicro(), m.Published, m.Failed, pending, oldestMS)
 			return err
 		},
 	}

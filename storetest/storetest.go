@@ -57,6 +57,11 @@ type Harness struct {
 	// WriteRollback writes msgs in one transaction and rolls it back. It
 	// returns an error only if writing failed.
 	WriteRollback func(ctx context.Context, msgs ...*outbox.Message) error
+	// SetMinute writes the row of minute m.Start in the store's
+	// per-minute rollup as m says, as relays of the past would have left
+	// it (m.Sampled false leaves the sample empty). Nil skips the parts
+	// of the rollup's case that need rows older than now.
+	SetMinute func(ctx context.Context, m outboxdriver.Minute) error
 	// SetStoredHeaders overwrites the stored headers of message id with raw,
 	// as another program writing to the table could. Nil skips the cases
 	// that need it.
