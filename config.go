@@ -3,6 +3,7 @@ package outbox
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 )
 
@@ -29,6 +30,9 @@ const (
 	// dead-lettered. With the default backoff the last retry comes about
 	// 14 minutes after the first failure on average, 27 at most.
 	MaxAttemptsDefault = 12
+	// PauseCheckIntervalDefault is how often, at most, a relay with messages
+	// to publish reads the paused topics.
+	PauseCheckIntervalDefault = time.Second
 	// PollIntervalDefault is the longest the relay waits between looks at
 	// the table when nothing wakes it: the cost of an idle relay is one cheap
 	// read-only query per PollInterval.
@@ -78,6 +82,12 @@ type Config struct {
 	// published and every message's outcome, for metrics and traces (see
 	// the outboxotel module). Nil observes nothing.
 	Observer Observer
+	// PauseCheckInterval is how often, at most, a relay with messages to
+	// publish reads the paused topics (`outbox pause`): a pause moves the
+	// topic's pending messages out of reach at once, and a message written
+	// after it may still be published by a relay for this long; see
+	// PauseCheckIntervalDefault.
+	PauseCheckInterval time.Duration
 	// PollInterval is the longest wait between looks at the table; see
 	// PollIntervalDefault.
 	PollInterval time.Duration
@@ -88,6 +98,13 @@ type Config struct {
 	// RetentionBatch is how many published messages one cleanup statement
 	// deletes at most.
 	RetentionBatch int
+	// TopicRateLimits caps how many messages a second of each topic named
+	// this relay publishes (each relay keeps its own count): a message
+	// over the limit is postponed, without counting an attempt, to when it
+	// may go, and in key order the rest of its key waits behind it. Up to
+	// one second's worth goes out in a burst. Topics not named are not
+	// limited.
+	TopicRateLimits map[string]float64
 	// Workers is how many batches the relay publishes concurrently.
 	Workers int
 }
@@ -117,6 +134,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"Config.HeartbeatInterval", c.HeartbeatInterval < 0 || (c.HeartbeatInterval > 0 && c.HeartbeatInterval < 10*time.Millisecond), c.HeartbeatInterval, "use at least 10ms, or 0 for the default " + HeartbeatIntervalDefault.String()},
 		{"Config.LeaseDuration", c.LeaseDuration < 0 || (c.LeaseDuration > 0 && c.LeaseDuration < 100*time.Millisecond), c.LeaseDuration, "use at least 100ms (longer than a publish takes), or 0 for the default " + LeaseDurationDefault.String()},
 		{"Config.MaxAttempts", c.MaxAttempts < 0, c.MaxAttempts, fmt.Sprintf("use a positive count, or 0 for the default %d", MaxAttemptsDefault)},
+		{"Config.PauseCheckInterval", c.PauseCheckInterval < 0, c.PauseCheckInterval, "use a positive duration, or 0 for the default " + PauseCheckIntervalDefault.String()},
 		{"Config.PollInterval", c.PollInterval < 0, c.PollInterval, "use a positive duration, or 0 for the default " + PollIntervalDefault.String()},
 		{"Config.Retention", c.Retention < 0, c.Retention, "use a positive duration to keep published messages, or 0 to delete them on publish"},
 		{"Config.RetentionBatch", c.RetentionBatch < 0, c.RetentionBatch, fmt.Sprintf("use a positive count, or 0 for the default %d", RetentionBatchDefault)},
@@ -134,6 +152,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.HeartbeatInterval, HeartbeatIntervalDefault)
 	setDefault(&c.LeaseDuration, LeaseDurationDefault)
 	setDefault(&c.MaxAttempts, MaxAttemptsDefault)
+	setDefault(&c.PauseCheckInterval, PauseCheckIntervalDefault)
 	setDefault(&c.PollInterval, PollIntervalDefault)
 	setDefault(&c.RetentionBatch, RetentionBatchDefault)
 	setDefault(&c.Workers, WorkersDefault)
@@ -142,6 +161,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	for topic, rate := range c.TopicRateLimits {
+		if topic == "" || !(rate > 0) || math.IsInf(rate, 1) {
+			return c, &ConfigError{Field: fmt.Sprintf("Config.TopicRateLimits[%q]", topic), Value: rate,
+				Fix: "name a topic and give it a positive number of messages per second, or leave the topic out to publish it unlimited"}
+		}
 	}
 	switch {
 	case c.BackoffMax < c.BackoffBase:

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ func TestConfigZeroValueTakesEveryDocumentedDefault(t *testing.T) {
 		HeartbeatInterval:  HeartbeatIntervalDefault,
 		LeaseDuration:      LeaseDurationDefault,
 		MaxAttempts:        MaxAttemptsDefault,
+		PauseCheckInterval: PauseCheckIntervalDefault,
 		PollInterval:       PollIntervalDefault,
 		Retention:          RetentionDefault,
 		RetentionBatch:     RetentionBatchDefault,
@@ -28,7 +30,7 @@ func TestConfigZeroValueTakesEveryDocumentedDefault(t *testing.T) {
 		Logger:             c.Logger,
 		Observer:           noObserver{},
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
 	if c.Logger == nil {
@@ -56,6 +58,10 @@ func TestConfigValidationNamesFieldValueAndFix(t *testing.T) {
 		{Config{ActivePollInterval: time.Minute, PollInterval: time.Second}, "Config.ActivePollInterval"},
 		{Config{Retention: -time.Hour}, "Config.Retention"},
 		{Config{RetentionBatch: -5}, "Config.RetentionBatch"},
+		{Config{PauseCheckInterval: -1}, "Config.PauseCheckInterval"},
+		{Config{TopicRateLimits: map[string]float64{"orders": 0}}, `Config.TopicRateLimits["orders"]`},
+		{Config{TopicRateLimits: map[string]float64{"orders": -3}}, `Config.TopicRateLimits["orders"]`},
+		{Config{TopicRateLimits: map[string]float64{"": 5}}, `Config.TopicRateLimits[""]`},
 	}
 	for _, tt := range tests {
 		if err := tt.cfg.Validate(); err == nil {

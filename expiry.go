@@ -80,48 +80,57 @@ func stampExpiry(m *Message, expireAfter map[string]time.Duration, now time.Time
 	return nil
 }
 
-// publishUnexpired hands to the publisher the messages of batch whose
-// expiry has not passed, and gives the others a permanent error wrapping
-// ErrExpired, so that they are dead-lettered unsent. In key order, what
-// follows an expired message of its key in the batch is held back untried:
-// published, it would overtake a message that is now dead. The result has
-// one error per message of batch.
-func (r *Relay) publishUnexpired(ctx context.Context, batch []Message) []error {
+// publishAdmitted hands to the publisher the messages of batch that may go
+// now, and gives the others their outcome unsent: a permanent error
+// wrapping ErrExpired for a message whose expiry passed (dead-lettered),
+// and a held-back error with the delay to postpone it by for one that admit
+// (nil: every one) refuses, of a paused topic or over its rate limit. In key
+// order, what follows such a message of its key in the batch is held back
+// untried: published, it would overtake it. The result has one error per
+// message of batch.
+func (r *Relay) publishAdmitted(ctx context.Context, batch []Message, admit func(*Message) error) []error {
 	now := time.Now()
 	var (
-		results []error         // nil while no message expired
-		expired map[string]bool // keys with an expired message, in key order
+		results []error           // nil while every message goes
+		stopped map[string]string // in key order: keys with a message kept back, and why
 		send    []Message
 		sentAt  []int // the batch index of each message of send
 	)
 	keyOrder := r.claimsInKeyOrder()
 	for i := range batch {
 		m := &batch[i]
-		if at, ok := ExpiresAt(m); ok && !now.Before(at) {
-			if results == nil {
-				results = make([]error, len(batch))
-				send, sentAt = append(send, batch[:i]...), make([]int, 0, len(batch))
-				for j := range i {
-					sentAt = append(sentAt, j)
-				}
+		var verdict error
+		why := "" // what stops the rest of its key, in key order
+		switch at, ok := ExpiresAt(m); {
+		case ok && !now.Before(at):
+			verdict, why = Permanent(&expiredError{at: at}), "expired and is dead-lettered"
+		case m.Key != "" && stopped[m.Key] != "":
+			verdict = HeldBack(fmt.Errorf("not tried: an earlier message of key %q %s", m.Key, stopped[m.Key]))
+		case admit != nil:
+			if verdict = admit(m); verdict != nil {
+				why = "is postponed: " + verdict.Error()
 			}
-			results[i] = Permanent(&expiredError{at: at})
-			if keyOrder && m.Key != "" {
-				if expired == nil {
-					expired = map[string]bool{}
-				}
-				expired[m.Key] = true
+		}
+		if verdict == nil {
+			if results != nil {
+				send, sentAt = append(send, *m), append(sentAt, i)
 			}
 			continue
 		}
 		if results == nil {
-			continue // sent whole, unless a later message expired
+			results = make([]error, len(batch))
+			send, sentAt = append(send, batch[:i]...), make([]int, 0, len(batch))
+			for j := range i {
+				sentAt = append(sentAt, j)
+			}
 		}
-		if expired[m.Key] {
-			results[i] = HeldBack(fmt.Errorf("not tried: an earlier message of key %q expired and is dead-lettered", m.Key))
-			continue
+		results[i] = verdict
+		if why != "" && keyOrder && m.Key != "" && stopped[m.Key] == "" {
+			if stopped == nil {
+				stopped = map[string]string{}
+			}
+			stopped[m.Key] = why
 		}
-		send, sentAt = append(send, *m), append(sentAt, i)
 	}
 	if results == nil {
 		return r.publishBatch(ctx, batch)

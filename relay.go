@@ -45,6 +45,9 @@ type Relay struct {
 	// lastWork is when the relay last claimed and published, for its
 	// registry row.
 	lastWork lastWork
+	// gates hold back the messages of paused topics and of topics over
+	// their rate limit.
+	gates *topicGates
 	// noAttempts is set once the store said its table keeps no history
 	// of failed attempts.
 	noAttempts atomic.Bool
@@ -75,6 +78,7 @@ func NewRelay(store outboxdriver.Store, pub Publisher, cfg Config) (*Relay, erro
 		pub:      pub,
 		store:    store,
 		gate:     gate{ch: make(chan struct{})},
+		gates:    newTopicGates(store, cfg),
 		activity: make(chan struct{}, 1),
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
@@ -297,6 +301,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 		retry.Reset()
 		settle = outboxdriver.Settlement{}
 		r.forgetPublished(ctx, notes)
+		r.afterPauseSettled(ctx, notes.paused)
 		notes = attemptNotes{}
 		if stopping {
 			return
@@ -334,6 +339,7 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			if r.record(ctx, log, settle) {
 				settle = outboxdriver.Settlement{}
 				r.forgetPublished(ctx, notes)
+				r.afterPauseSettled(ctx, notes.paused)
 				notes = attemptNotes{}
 			}
 			outage.Sleep(ctx, r.stopping)

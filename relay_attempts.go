@@ -17,6 +17,9 @@ import (
 type attemptNotes struct {
 	failed    []outboxdriver.Attempt
 	published []uuid.UUID
+	// paused are the topics of the messages postponed for a pause, to
+	// check once the settlement is recorded (afterPauseSettled).
+	paused map[string]bool
 }
 
 // attemptsPurgeInterval is how often a relay deletes the history of

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -36,7 +37,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 	}
 	pubCtx, cancel := context.WithDeadline(ctx, deadline)
 	pubCtx, observed := r.cfg.Observer.Publishing(pubCtx, r.store.Name(), batch)
-	results := r.publishUnexpired(pubCtx, batch)
+	results := r.publishAdmitted(pubCtx, batch, r.gates.admitter(r.gates.refresh(pubCtx, r.log, false)))
 	cancel()
 	observed(results)
 	settle = outboxdriver.Settlement{Token: token, KeepPublished: r.cfg.Retention > 0}
@@ -79,6 +80,12 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 			unavailable = true
 		case heldBack:
 			outcome = holdBack(&settle, m, err, behind)
+			if pe := (*pausedError)(nil); errors.As(err, &pe) {
+				if notes.paused == nil {
+					notes.paused = map[string]bool{}
+				}
+				notes.paused[pe.topic] = true
+			}
 		case IsPermanent(err):
 			outcome = OutcomeDead
 			settle.Dead = append(settle.Dead, outboxdriver.Failure{ID: m.ID, Error: err.Error()})

@@ -141,6 +141,27 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		}
 		testExpiredMessagesAreNotPublished(t, h, h.KeyOrdered, true)
 	})
+	t.Run("APausedTopicIsNotPublishedWhileTheOthersFlowAndAResumePublishesIt", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		testPausedTopic(t, h, h.Store, false)
+	})
+	t.Run("InKeyOrderAPausedTopicsMessageHoldsTheRestOfItsKeyUntilTheResume", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		if h.KeyOrdered == nil {
+			t.Skip("the harness sets no KeyOrdered store")
+		}
+		testPausedTopic(t, h, h.KeyOrdered, true)
+	})
+	t.Run("AMessagePostponedForAPauseThatHadEndedIsMovedBackAndPublished", func(t *testing.T) {
+		t.Parallel()
+		testLateSeenResume(t, newHarness(t))
+	})
+	t.Run("ATopicsRateLimitIsNeverExceededAndHoldsUpNoOtherTopic", func(t *testing.T) {
+		t.Parallel()
+		testTopicRateLimit(t, newHarness(t))
+	})
 	t.Run("FailedAttemptsAreKeptWithTheirErrorClassAndOutcomeUntilTheMessageIsPublished", func(t *testing.T) {
 		t.Parallel()
 		testFailedAttemptsAreKept(t, newHarness(t))

@@ -1,0 +1,190 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+// A paused topic (outboxdriver.TopicPauser, `outbox pause`) has its pending
+// messages moved out of the due range by the pause itself, so claims do not
+// meet them. A relay meets only what was written after the pause, or put
+// back by another relay: it reads the paused topics at most every
+// Config.PauseCheckInterval, while it has messages to publish, and postpones
+// a message of a paused topic by outboxdriver.PauseShift (a retry that counts
+// no attempt), into the same range, with the rest of its key behind it in
+// key order. A relay that had not yet seen a pause may publish such a
+// message within that interval.
+//
+// A relay that had not yet seen a resume may postpone a message after the
+// resume moved the topic's messages back: after each settlement that
+// carried postponements for a pause, it reads the paused topics again and,
+// if one of them is no longer paused, moves back what no pause holds. A
+// resume that commits after that read moves the message back itself.
+
+// topicGates are the relay's checks of a message's topic before it is
+// published: paused, or over its rate limit.
+type topicGates struct {
+	pauser   outboxdriver.TopicPauser // nil: the store cannot pause topics
+	interval time.Duration
+
+	mu        sync.Mutex
+	paused    map[string]bool
+	checkedAt time.Time
+	warned    bool // the paused topics could not be read, and it was logged
+
+	limits map[string]*tokenBucket // by topic; fixed after NewRelay
+}
+
+func newTopicGates(store outboxdriver.Store, cfg Config) *topicGates {
+	g := &topicGates{interval: cfg.PauseCheckInterval, limits: map[string]*tokenBucket{}}
+	g.pauser, _ = store.(outboxdriver.TopicPauser)
+	for topic, rate := range cfg.TopicRateLimits {
+		g.limits[topic] = newTokenBucket(rate)
+	}
+	return g
+}
+
+// pausedError is the held-back outcome of a message of a paused topic.
+type pausedError struct{ topic string }
+
+func (e *pausedError) Error() string {
+	return fmt.Sprintf("topic %q is paused: not published, postponed until it is resumed (`outbox resume --topic %s`)", e.topic, e.topic)
+}
+
+// rateLimitedError is the held-back outcome of a message over its topic's
+// rate limit.
+type rateLimitedError struct {
+	topic string
+	rate  float64
+}
+
+func (e *rateLimitedError) Error() string {
+	return fmt.Sprintf("topic %q is over its rate limit of %g messages per second in this relay: postponed", e.topic, e.rate)
+}
+
+// refresh reads the paused topics if the last read is older than the
+// interval (force: whatever its age) and returns them. If they cannot be
+// read, the last ones read stay (none at first), and it is logged once.
+func (g *topicGates) refresh(ctx context.Context, log *slog.Logger, force bool) map[string]bool {
+	if g.pauser == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !force && time.Since(g.checkedAt) < g.interval {
+		return g.paused
+	}
+	list, err := g.pauser.PausedTopics(ctx)
+	g.checkedAt = time.Now()
+	if err != nil {
+		if !g.warned {
+			g.warned = true
+			msg := "outbox relay: cannot read the paused topics; publishing every topic until they can be read"
+			if errors.Is(err, outboxdriver.ErrNotMigrated) {
+				msg = "outbox relay: the table has no paused topics table yet; publishing every topic (run `outbox migrate up` to pause topics)"
+			}
+			log.Warn(msg, slog.Any("error", err))
+		}
+		return g.paused
+	}
+	g.warned = false
+	paused := map[string]bool{}
+	for _, p := range list {
+		if !p.Resumed {
+			paused[p.Topic] = true
+		}
+	}
+	g.paused = paused
+	return paused
+}
+
+// admitter returns the check of one batch's messages: nil for a message to
+// publish, else why it is held back (with the delay to postpone it by).
+// Each call takes a rate limit's token for a message it lets through.
+func (g *topicGates) admitter(paused map[string]bool) func(m *Message) error {
+	if len(paused) == 0 && len(g.limits) == 0 {
+		return nil
+	}
+	over := map[string]int{} // messages of the batch already over their topic's limit
+	now := time.Now()
+	return func(m *Message) error {
+		if paused[m.Topic] {
+			return RetryAfter(HeldBack(&pausedError{topic: m.Topic}), outboxdriver.PauseShift)
+		}
+		b := g.limits[m.Topic]
+		if b == nil {
+			return nil
+		}
+		wait := b.take(now, over[m.Topic])
+		if wait <= 0 {
+			return nil
+		}
+		over[m.Topic]++
+		return RetryAfter(HeldBack(&rateLimitedError{topic: m.Topic, rate: b.rate}), wait)
+	}
+}
+
+// afterPauseSettled runs after a settlement that postponed messages of
+// topics for a pause has been recorded: if one of those topics is no longer
+// paused, the resume may have come before the settlement, and moved back
+// everything but these; so the relay moves back what no pause holds.
+func (r *Relay) afterPauseSettled(ctx context.Context, topics map[string]bool) {
+	if len(topics) == 0 || r.gates.pauser == nil {
+		return
+	}
+	storeCtx, cancel := r.storeCtx(ctx)
+	defer cancel()
+	paused := r.gates.refresh(storeCtx, r.log, true)
+	for topic := range topics {
+		if paused[topic] {
+			continue
+		}
+		n, err := r.gates.pauser.MoveBackUnpaused(storeCtx)
+		if err != nil {
+			r.log.Warn("outbox relay: moving back messages postponed for a pause that ended meanwhile failed; `outbox resume --topic T` moves them back",
+				slog.String("topic", topic), slog.Any("error", err))
+		} else if n > 0 {
+			r.log.Info("outbox relay: moved back messages postponed for a pause that ended meanwhile", slog.String("topic", topic), slog.Int("messages", n))
+		}
+		return
+	}
+}
+
+// tokenBucket is a topic's rate limit in one relay: rate tokens a second,
+// at most one second's worth (and at least one) saved up.
+type tokenBucket struct {
+	rate float64
+
+	mu     sync.Mutex
+	tokens float64
+	at     time.Time
+}
+
+func newTokenBucket(rate float64) *tokenBucket {
+	return &tokenBucket{rate: rate, tokens: max(rate, 1), at: time.Now()}
+}
+
+// take takes a token at now and returns 0, or, when there is none, how
+// long until there is one for a message that has ahead of it queued others
+// of its batch already refused (which take none: they are postponed, and
+// take their token when they come back).
+func (b *tokenBucket) take(now time.Time, queued int) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.After(b.at) {
+		b.tokens = min(b.tokens+now.Sub(b.at).Seconds()*b.rate, max(b.rate, 1))
+		b.at = now
+	}
+	if queued == 0 && b.tokens >= 1 {
+		b.tokens--
+		return 0
+	}
+	need := float64(queued) + 1 - b.tokens
+	return time.Duration(need / b.rate * float64(time.Second))
+}
