@@ -115,6 +115,7 @@ var (
 	_ outboxdriver.StuckKeyFinder  = (*sqliteDB)(nil)
 	_ outboxdriver.AttemptRecorder = (*sqliteDB)(nil)
 	_ outboxdriver.Replayer        = (*sqliteDB)(nil)
+	_ outboxdriver.TopicPauser     = (*sqliteDB)(nil)
 	_ migrator                     = (*sqliteDB)(nil)
 )
 
@@ -262,6 +263,22 @@ func (d *sqliteDB) PurgeAttempts(ctx context.Context, limit int) (int, error) {
 
 func (d *sqliteDB) Replay(ctx context.Context, f outboxdriver.ReplayFilter, limit int, dryRun bool) (int, error) {
 	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.Replay(ctx, f, limit, dryRun) })
+}
+
+func (d *sqliteDB) PauseTopic(ctx context.Context, topic, by, reason string) (int, error) {
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.PauseTopic(ctx, topic, by, reason) })
+}
+
+func (d *sqliteDB) ResumeTopic(ctx context.Context, topic string) (int, error) {
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.ResumeTopic(ctx, topic) })
+}
+
+func (d *sqliteDB) MoveBackUnpaused(ctx context.Context) (int, error) {
+	return withStore(ctx, d, func(s *outboxsqlite.Store) (int, error) { return s.MoveBackUnpaused(ctx) })
+}
+
+func (d *sqliteDB) PausedTopics(ctx context.Context) ([]outboxdriver.PausedTopic, error) {
+	return withStore(ctx, d, func(s *outboxsqlite.Store) ([]outboxdriver.PausedTopic, error) { return s.PausedTopics(ctx) })
 }
 
 func (d *sqliteDB) StuckKeys(ctx context.Context, olderThan time.Duration, limit int) ([]outboxdriver.StuckKey, int, error) {
