@@ -53,8 +53,10 @@ func newConsoleCommand(g *globalFlags) *cobra.Command {
 		addr           string
 		allowHosts     []string
 		authValues     []string
+		allTables      bool
 		inboxTableName string
 		readOnly       bool
+		tables         []string
 		stuckAfter     time.Duration
 	)
 	cmd := &cobra.Command{
@@ -71,7 +73,22 @@ failed attempts, the whole last error) and retried or discarded, one or every ma
 and, with --inbox-table, the consumers of the inbox table: their records, the duplicates they
 skipped, those kept for pending outgoing messages and the messages they parked, which it lists,
 shows one by one (payload, headers, error, where each stands in its key), hands back to the
-running consumer or discards.
+running consumer or discards. Its Replay page publishes again messages already published and kept
+by the relays' --retention, as outbox replay does: a form (topic, key, since, until, ids, or every
+kept message), a first step that only counts them (a dry run), then a confirmation that makes at
+most the counted messages pending again with their ids; over 10,000 it is refused (use outbox
+replay --limit N).
+
+A database with an inbox table and no outbox table (a consumer's) is served too: the Inbox pages
+work and the outbox pages say there is no outbox table and how to make one (outbox migrate up,
+or --table); with neither table it refuses to start.
+
+--table repeated serves several outbox tables of the database (on PostgreSQL, SCHEMA.TABLE names a
+table of another schema than --schema), and --all-tables every outbox table of --schema (or of the
+SQLite file), known by the TABLE_migrations table outbox migrate up writes beside it. Each table's
+pages are then under /t/SCHEMA.TABLE/ (SQLite: /t/main.TABLE/), and / is an index of the tables
+with their pending, dead and oldest pending figures and their warnings. With one table the pages
+are at / as before. Logins, --read-only, the form token and the audit lines cover every table.
 
 It listens on 127.0.0.1 by default, where it asks for no login. To serve it on another address,
 give --auth, or it refuses to start:
@@ -85,8 +102,8 @@ token is answered 401 and logged at WARN with the remote address (once a minute 
 The console speaks plain HTTP: beyond loopback, reach it through a TLS proxy or an SSH tunnel, or
 passwords and tokens cross the network in clear.
 
---read-only shows everything and changes nothing: retry and discard are refused (403) and their
-buttons are not shown. Every change asked, done or refused, is logged at INFO as one line
+--read-only shows everything and changes nothing: retry, discard and replay are refused (403) and
+their buttons are not shown. Every change asked, done or refused, is logged at INFO as one line
 "outbox console: audit" (audit=true) naming the user (or "bearer", or "anonymous" without
 --auth), the remote address, the action, the table, the ids or the filter and how many, and the
 outcome.
@@ -123,32 +140,26 @@ changed since the page was read.`,
 			if err != nil {
 				return fmt.Errorf("--addr %s: %w (pick a free port)", addr, err)
 			}
-			b, err := g.openReady(cmd.Context(), storeMode{})
+			opened, err := g.openConsoleTables(cmd.Context(), tables, allTables, inboxTableName)
 			if err != nil {
 				ln.Close()
 				return err
 			}
-			defer b.close()
+			defer opened.close()
 			if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
 				allowHosts = append(allowHosts, host)
 			}
-			var inbox inboxTable
-			if inboxTableName != "" {
-				if inbox, err = b.inbox(cmd.Context(), inboxTableName); err != nil {
-					ln.Close()
-					return err
-				}
-			}
-			c, err := newConsole(b.admin, inbox, b.store.Name(), g.logger, allowHosts)
+			c, err := newConsole(nil, opened.inbox, "", g.logger, allowHosts)
 			if err != nil {
 				ln.Close()
 				return err
 			}
 			c.auth, c.readOnly, c.stuckAfter = auth, readOnly, stuckAfter
+			set := c.forTables(opened.tables)
 			// Beyond loopback, a client that opens connections and sends
 			// nothing must not keep them.
-			srv := &http.Server{Handler: c.handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-			g.logger.Info("outbox console: serving", slog.String("url", "http://"+ln.Addr().String()+"/"), slog.String("table", b.store.Name()),
+			srv := &http.Server{Handler: set.handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+			g.logger.Info("outbox console: serving", slog.String("url", "http://"+ln.Addr().String()+"/"), slog.Any("tables", set.names()),
 				slog.String("auth", c.authKinds()), slog.Bool("read_only", readOnly))
 			done := make(chan error, 1)
 			go func() { done <- srv.Serve(ln) }()
@@ -166,19 +177,28 @@ changed since the page was read.`,
 	cmd.Flags().StringVar(&inboxTableName, "inbox-table", outboxpg.InboxTableDefault, "the consumers' inbox table beside the outbox table, for the Inbox page (\"\" for none)")
 	cmd.Flags().StringArrayVar(&allowHosts, "allow-host", nil, "also answer requests addressed to this host name (repeatable), e.g. the name of your proxy; IP addresses and localhost always work")
 	cmd.Flags().StringArrayVar(&authValues, "auth", nil, "ask for credentials: basic:HTPASSWD-FILE (users and bcrypt hashes, htpasswd -B; for browsers), bearer:TOKEN-FILE (one token; for scripts), both (repeat the flag), or none; required unless --addr is a loopback address")
-	cmd.Flags().BoolVar(&readOnly, "read-only", false, "show the tables but refuse every retry and discard (403)")
+	cmd.Flags().BoolVar(&readOnly, "read-only", false, "show the tables but refuse every retry, discard and replay (403)")
+	// It shadows the global --table, which names one table.
+	cmd.Flags().StringArrayVar(&tables, "table", nil, "an outbox table to serve (default outbox); repeat it for several, each served under /t/SCHEMA.TABLE/ with an index of them at /; on PostgreSQL SCHEMA.TABLE names a table of another schema than --schema")
+	cmd.Flags().BoolVar(&allTables, "all-tables", false, "serve every outbox table of --schema (PostgreSQL) or of the file (SQLite): each table that has its TABLE_migrations table beside it")
 	cmd.Flags().DurationVar(&stuckAfter, "stuck-after", consoleStuckAfter, "a key whose head waited longer is stuck, and pending messages this old with nothing published for as long are no progress (as for outbox status)")
 	return cmd
 }
 
 // console serves the pages of one outbox table.
 type console struct {
-	admin    outboxdriver.Admin
-	auth     *consoleAuth    // nil: anyone who reaches it (loopback, or --auth none)
-	csrf     string          // the token every form carries, new for each process
-	hosts    map[string]bool // host names it answers besides localhost and IP addresses
-	inbox    inboxTable      // nil without --inbox-table
-	log      *slog.Logger
+	admin outboxdriver.Admin // nil when noOutbox says why
+	auth  *consoleAuth       // nil: anyone who reaches it (loopback, or --auth none)
+	// base is the path of its pages: "" alone, /t/SCHEMA.TABLE among
+	// several tables.
+	base  string
+	csrf  string          // the token every form carries, new for each process
+	hosts map[string]bool // host names it answers besides localhost and IP addresses
+	inbox inboxTable      // nil without --inbox-table
+	log   *slog.Logger
+	// noOutbox says why there is no outbox table to show ("" when there
+	// is): the outbox pages say it, the inbox pages work.
+	noOutbox string
 	readOnly bool // --read-only: every change is refused
 	// stuckAfter is --stuck-after: a key whose head waited longer is
 	// stuck, and pending messages this old with nothing published for as
@@ -202,22 +222,35 @@ func newConsole(admin outboxdriver.Admin, inbox inboxTable, table string, log *s
 	return c, nil
 }
 
-func (c *console) handler() http.Handler {
+// handler serves the console of one table, behind its checks of host,
+// credentials and origin.
+func (c *console) handler() http.Handler { return c.guarded(c.routes()) }
+
+// routes are the pages of the table, with no check but the form token's:
+// guarded adds the others, once for all tables.
+func (c *console) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", c.overview)
-	mux.HandleFunc("GET /dead", c.deadList)
-	mux.HandleFunc("GET /dead/{id}", c.message)
-	mux.HandleFunc("POST /dead/{id}/retry", c.change("retry", c.actOnOne))
-	mux.HandleFunc("POST /dead/{id}/discard", c.change("discard", c.actOnOne))
-	mux.HandleFunc("POST /dead/retry-matching", c.change("retry-matching", c.actOnMatches))
-	mux.HandleFunc("POST /dead/discard-matching", c.change("discard-matching", c.actOnMatches))
-	mux.HandleFunc("POST /dead/groups/retry", c.change("retry-group", c.actOnGroup))
-	mux.HandleFunc("POST /dead/groups/discard", c.change("discard-group", c.actOnGroup))
+	mux.HandleFunc("GET /{$}", c.outboxOnly(c.overview))
+	mux.HandleFunc("GET /dead", c.outboxOnly(c.deadList))
+	mux.HandleFunc("GET /dead/{id}", c.outboxOnly(c.message))
+	mux.HandleFunc("POST /dead/{id}/retry", c.change("retry", c.outboxChange(c.actOnOne)))
+	mux.HandleFunc("POST /dead/{id}/discard", c.change("discard", c.outboxChange(c.actOnOne)))
+	mux.HandleFunc("POST /dead/retry-matching", c.change("retry-matching", c.outboxChange(c.actOnMatches)))
+	mux.HandleFunc("POST /dead/discard-matching", c.change("discard-matching", c.outboxChange(c.actOnMatches)))
+	mux.HandleFunc("POST /dead/groups/retry", c.change("retry-group", c.outboxChange(c.actOnGroup)))
+	mux.HandleFunc("POST /dead/groups/discard", c.change("discard-group", c.outboxChange(c.actOnGroup)))
+	mux.HandleFunc("GET /replay", c.outboxOnly(c.replayPage))
+	mux.HandleFunc("POST /replay/confirm", c.change("replay", c.outboxChange(c.replay)))
 	mux.HandleFunc("GET /inbox", c.inboxPage)
 	mux.HandleFunc("GET /inbox/parked", c.parkedPage)
 	mux.HandleFunc("GET /inbox/parked/{id}", c.parkedMessage)
 	mux.HandleFunc("POST /inbox/parked/retry", c.change("retry-parked", c.retryParked))
 	mux.HandleFunc("POST /inbox/parked/discard", c.change("discard-parked", c.discardParked))
+	return mux
+}
+
+// guarded is h behind the checks of host, credentials and origin.
+func (c *console) guarded(h http.Handler) http.Handler {
 	// The form token stops forms posted from other sites; this stops them
 	// earlier, by what the browser says of the form's origin, in case a
 	// token ever leaks.
@@ -225,7 +258,7 @@ func (c *console) handler() http.Handler {
 	sameOrigin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "refused: this form was sent from another site's page (by its Origin or Sec-Fetch-Site header); use the console's own page", http.StatusForbidden)
 	}))
-	return c.servedHosts(c.authenticated(sameOrigin.Handler(mux)))
+	return c.servedHosts(c.authenticated(sameOrigin.Handler(h)))
 }
 
 // servedHosts refuses requests addressed to a host name the console does not
@@ -256,18 +289,23 @@ func hostName(hostPort string) string {
 
 // page is what every template gets.
 type page struct {
+	// Base is the path of the table's pages: "" when the console serves
+	// one table, /t/SCHEMA.TABLE among several. Every link starts with it.
+	Base                      string
 	Title, Table, Flash, CSRF string
+	Index                     bool // the index of the tables, which has no table
 	ReadOnly                  bool // hides the forms that change messages
 }
 
 func (c *console) page(r *http.Request, title string) page {
-	return page{Title: title, Table: c.table, Flash: flash(r.URL.Query()), CSRF: c.csrf, ReadOnly: c.readOnly}
+	return page{Base: c.base, Title: title, Table: c.table, Flash: flash(r.URL.Query()), CSRF: c.csrf, ReadOnly: c.readOnly}
 }
 
 // consoleVerbs are the changes a form can ask for, and how a page announces
 // them.
 var consoleVerbs = map[string]string{"retry": "pending again", "discard": "discarded",
-	"retry-parked": "to be handled again by the running consumer", "discard-parked": "discarded"}
+	"retry-parked": "to be handled again by the running consumer", "discard-parked": "discarded",
+	"replay": "pending again, to be published again with their ids"}
 
 // flash is the announcement of the change a POST redirected from: done names
 // the change, n how many messages it changed, and of, for every match of a

@@ -287,5 +287,5 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, line *auditLine, i
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, back+sep+result.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, c.base+back+sep+result.Encode(), http.StatusSeeOther)
 }

@@ -139,5 +139,5 @@ func (c *console) retryParked(w http.ResponseWriter, r *http.Request, line *audi
 		return
 	}
 	line.changed = n
-	http.Redirect(w, r, "/inbox/parked?"+url.Values{"consumer": {consumer}, "done": {"retry-parked"}, "n": {strconv.Itoa(n)}}.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, c.base+"/inbox/parked?"+url.Values{"consumer": {consumer}, "done": {"retry-parked"}, "n": {strconv.Itoa(n)}}.Encode(), http.StatusSeeOther)
 }

@@ -113,5 +113,5 @@ func (c *console) discardParked(w http.ResponseWriter, r *http.Request, line *au
 		return
 	}
 	line.changed = n
-	http.Redirect(w, r, "/inbox/parked?"+url.Values{"consumer": {consumer}, "done": {"discard-parked"}, "n": {strconv.Itoa(n)}}.Encode(), http.StatusSeeOther)
+	http.Redirect(w, r, c.base+"/inbox/parked?"+url.Values{"consumer": {consumer}, "done": {"discard-parked"}, "n": {strconv.Itoa(n)}}.Encode(), http.StatusSeeOther)
 }

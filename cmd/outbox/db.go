@@ -145,6 +145,21 @@ func poolConfig(raw string, mode storeMode) (*pgxpool.Config, error) {
 }
 
 func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMode) (*backend, error) {
+	pool, err := connectPostgres(ctx, raw, mode)
+	if err != nil {
+		return nil, err
+	}
+	b, err := g.postgresBackend(pool, mode)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	b.close = pool.Close
+	return b, nil
+}
+
+// connectPostgres opens a pool on the database raw names, for mode.
+func connectPostgres(ctx context.Context, raw string, mode storeMode) (*pgxpool.Pool, error) {
 	cfg, err := poolConfig(raw, mode)
 	if err != nil {
 		return nil, err
@@ -157,20 +172,23 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMo
 		pool.Close()
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
+	return pool, nil
+}
+
+// postgresBackend is the table of --schema and --table over pool, which
+// its close leaves open: several tables may share the pool (the console's).
+func (g *globalFlags) postgresBackend(pool *pgxpool.Pool, mode storeMode) (*backend, error) {
 	opts := outboxpg.Options{Schema: g.schema, Table: g.table, Notify: mode.notify, OrderByKey: mode.orderByKey, SkipDeadInKeyOrder: mode.skipDead, WatchWAL: mode.watchWAL, TransactionLeases: mode.txLeases}
 	store, err := outboxpg.New(pool, opts)
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
 	w, err := outbox.NewWriter(store, outbox.WriterConfig{})
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
 	m, err := outboxpg.NewMigrator(pool, opts)
 	if err != nil {
-		pool.Close()
 		return nil, err
 	}
 	return &backend{
@@ -183,7 +201,7 @@ func (g *globalFlags) openPostgres(ctx context.Context, raw string, mode storeMo
 		inbox: func(_ context.Context, table string) (inboxTable, error) {
 			return outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: g.schema, Table: table})
 		},
-		close: pool.Close,
+		close: func() {},
 	}, nil
 }
 

@@ -14,10 +14,9 @@ const replayLimitDefault = 10000
 
 func newReplayCommand(g *globalFlags) *cobra.Command {
 	var (
-		f            outboxdriver.ReplayFilter
-		since, until string
-		limit        int
-		dryRun, all  bool
+		choice replayChoice
+		limit  int
+		dryRun bool
 	)
 	cmd := &cobra.Command{
 		Use:   "replay [ID...] [--topic T] [--key K] [--since TIME] [--until TIME] [--all] [--dry-run] [--limit N]",
@@ -33,29 +32,13 @@ nothing. A replay of more than --limit messages (10,000) is refused: narrow the 
 the limit on purpose. In key order a key's replayed messages go out before its newer pending
 ones. Running the same replay again sends the messages again.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, a := range args {
-				id, err := parseID(a)
-				if err != nil {
-					return err
-				}
-				f.IDs = append(f.IDs, id)
-			}
-			var err error
-			now := time.Now()
-			if f.WrittenFrom, err = timeOrAgo("--since", since, now); err != nil {
-				return err
-			}
-			if f.WrittenBefore, err = timeOrAgo("--until", until, now); err != nil {
-				return err
-			}
-			chosen := len(f.IDs) > 0 || f.Topic != "" || f.Key != "" || since != "" || until != ""
-			switch {
-			case limit <= 0:
+			if limit <= 0 {
 				return usagef("--limit %d: use a positive count", limit)
-			case !chosen && !all:
-				return usagef("choose the messages to replay (ids, --topic, --key, --since, --until), or give --all for every kept message")
-			case chosen && all:
-				return usagef("give --all or a choice of messages, not both")
+			}
+			choice.ids = args
+			f, err := choice.filter(time.Now())
+			if err != nil {
+				return err
 			}
 			b, err := g.openReady(cmd.Context(), storeMode{notify: true})
 			if err != nil {
@@ -93,14 +76,51 @@ ones. Running the same replay again sends the messages again.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.Topic, "topic", "", "replay messages of this topic")
-	fl.StringVar(&f.Key, "key", "", "replay messages of this key")
-	fl.StringVar(&since, "since", "", "replay messages written at or after this time (RFC 3339, or a duration ago such as 2h)")
-	fl.StringVar(&until, "until", "", "replay messages written before this time (RFC 3339, or a duration ago)")
-	fl.BoolVar(&all, "all", false, "replay every kept published message")
+	fl.StringVar(&choice.topic, "topic", "", "replay messages of this topic")
+	fl.StringVar(&choice.key, "key", "", "replay messages of this key")
+	fl.StringVar(&choice.since, "since", "", "replay messages written at or after this time (RFC 3339, or a duration ago such as 2h)")
+	fl.StringVar(&choice.until, "until", "", "replay messages written before this time (RFC 3339, or a duration ago)")
+	fl.BoolVar(&choice.all, "all", false, "replay every kept published message")
 	fl.BoolVar(&dryRun, "dry-run", false, "count the messages that match and change nothing")
 	fl.IntVar(&limit, "limit", replayLimitDefault, "refuse to replay more messages than this")
 	return cmd
+}
+
+// replayChoice is how `outbox replay` and the console's Replay page choose
+// the messages to replay, as given: ids, topic, key, since, until (RFC 3339
+// times or durations ago), or all.
+type replayChoice struct {
+	ids                      []string
+	key, since, topic, until string
+	all                      bool
+}
+
+// filter checks the choice and returns its filter, the times said as ago
+// counted from now. Errors name the flag and the fix.
+func (c replayChoice) filter(now time.Time) (outboxdriver.ReplayFilter, error) {
+	f := outboxdriver.ReplayFilter{Topic: c.topic, Key: c.key}
+	for _, a := range c.ids {
+		id, err := parseID(a)
+		if err != nil {
+			return f, err
+		}
+		f.IDs = append(f.IDs, id)
+	}
+	var err error
+	if f.WrittenFrom, err = timeOrAgo("--since", c.since, now); err != nil {
+		return f, err
+	}
+	if f.WrittenBefore, err = timeOrAgo("--until", c.until, now); err != nil {
+		return f, err
+	}
+	chosen := len(f.IDs) > 0 || f.Topic != "" || f.Key != "" || c.since != "" || c.until != ""
+	switch {
+	case !chosen && !c.all:
+		return f, usagef("choose the messages to replay (ids, --topic, --key, --since, --until), or give --all for every kept message")
+	case chosen && c.all:
+		return f, usagef("give --all or a choice of messages, not both")
+	}
+	return f, nil
 }
 
 // timeOrAgo parses a flag's value as an RFC 3339 time or as a duration
