@@ -24,9 +24,11 @@ import (
 const relayForget = 24 * time.Hour
 
 // lastWork records when the relay last claimed messages and last had one
-// published, for its registry row.
+// published, for its registry row, and what its recorded settlements
+// published and failed since its last add to the per-minute rollup.
 type lastWork struct {
 	claimed   atomic.Int64 // Unix nanoseconds; 0 when never
+	minutes   minuteCounts
 	published atomic.Int64
 }
 
@@ -43,7 +45,8 @@ func (a *lastWork) since(at *atomic.Int64, now time.Time) time.Duration {
 // registry table (not migrated that far) is told once, at INFO, and the
 // relay runs on unregistered; other failures are logged and the next beat
 // tries again. It reports through registered whether any beat succeeded, so
-// that Run removes the row when it stops.
+// that Run removes the row when it stops. Each beat also adds to the
+// per-minute rollup, if the store keeps one (addMinute).
 func (r *Relay) register(ctx context.Context, reg outboxdriver.RelayRegistry, id uuid.UUID, registered *atomic.Bool) {
 	beat := outboxdriver.RelayBeat{
 		ID: id, PID: os.Getpid(), Version: moduleVersion(), Config: r.describe(),
@@ -55,7 +58,9 @@ func (r *Relay) register(ctx context.Context, reg outboxdriver.RelayRegistry, id
 	var (
 		failures, skip int
 		notMigrated    bool
+		minutes        minuteAdds
 	)
+	minutes.rollup, _ = r.store.(outboxdriver.MinuteRollup)
 	for {
 		if skip > 0 {
 			// The registry table was missing: ask again now and then, so
@@ -91,6 +96,7 @@ func (r *Relay) register(ctx context.Context, reg outboxdriver.RelayRegistry, id
 				r.log.Warn("outbox relay: its heartbeat in the relay registry keeps failing; `outbox status` may show it as gone", slog.Any("error", err))
 			}
 		}
+		r.addMinute(ctx, &minutes, now)
 		select {
 		case <-ctx.Done():
 			return
@@ -108,8 +114,12 @@ const registryRetryBeats = 10
 const beatFailuresToWarn = outboxdriver.RelayStaleBeats - 1
 
 // unregister removes the relay's row once it stopped, so that it does not
-// linger as a relay that died.
+// linger as a relay that died, after adding its last counts to the
+// per-minute rollup.
 func (r *Relay) unregister(reg outboxdriver.RelayRegistry, id uuid.UUID) {
+	if rollup, ok := r.store.(outboxdriver.MinuteRollup); ok {
+		r.flushMinutes(rollup)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeCallTimeout)
 	defer cancel()
 	if err := reg.RemoveRelay(ctx, id); err != nil {
