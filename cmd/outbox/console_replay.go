@@ -47,10 +47,10 @@ func (c *console) replayPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	data := struct {
 		page
-		Form                 replayForm
-		Kept                 int64
-		Counted, Limit       int
-		Asked, Over          bool
+		Form                  replayForm
+		Kept                  int64
+		Counted, Limit        int
+		Asked, Over           bool
 		Problem, Since, Until string
 	}{page: c.page(r, "Replay"), Form: replayFormOf(q), Kept: st.Published, Counted: -1, Limit: consoleReplayLimit}
 	if q.Get("count") == "" {
