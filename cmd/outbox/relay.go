@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +27,7 @@ func newRelayCommand(g *globalFlags) *cobra.Command {
 		watchWAL        bool
 		txLeases        bool
 		metricsAddr     string
+		rateLimits      []string
 	)
 	cmd := &cobra.Command{
 		Use:   "relay",
@@ -45,6 +48,10 @@ Publishers (--publisher); secrets in URLs are never logged:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			logger := g.logger
 			cfg.Logger = logger
+			var err error
+			if cfg.TopicRateLimits, err = parseRateLimits(rateLimits); err != nil {
+				return err
+			}
 			if err := cfg.Validate(); err != nil {
 				return relayFlagError(err)
 			}
@@ -53,7 +60,6 @@ Publishers (--publisher); secrets in URLs are never logged:
 			}
 			var metrics *metricsServer
 			if metricsAddr != "" {
-				var err error
 				if metrics, err = listenMetrics(metricsAddr); err != nil {
 					return err
 				}
@@ -116,6 +122,8 @@ Publishers (--publisher); secrets in URLs are never logged:
 	f.BoolVar(&orderByKey, "order-by-key", false, "publish the messages of each key one at a time in the order they were written; a failing message holds back only its key, and a dead one holds the rest of its key until it is retried or discarded (give it to every relay of the table)")
 	f.BoolVar(&skipDead, "skip-dead-in-key-order", false, "with --order-by-key, let a key go on past a dead message instead of waiting until it is retried or discarded (a later retry then sends it after the key's later messages)")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", outbox.HeartbeatIntervalDefault, "how often the relay refreshes its row in the table's relay registry (`outbox status` shows a relay not seen for three as gone)")
+	f.DurationVar(&cfg.PauseCheckInterval, "pause-check-interval", outbox.PauseCheckIntervalDefault, "how often, at most, the relay reads the paused topics (`outbox pause`) while it has messages to publish")
+	f.StringArrayVar(&rateLimits, "rate-limit", nil, "TOPIC=N: publish at most N messages a second of TOPIC from this relay (repeatable); the rest wait, without counting an attempt")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: none)")
 	return cmd
@@ -130,6 +138,7 @@ var relayFlags = map[string]string{
 	"Config.HeartbeatInterval":  "--heartbeat-interval",
 	"Config.LeaseDuration":      "--lease",
 	"Config.MaxAttempts":        "--max-attempts",
+	"Config.PauseCheckInterval": "--pause-check-interval",
 	"Config.PollInterval":       "--poll-interval",
 	"Config.Retention":          "--retention",
 	"Config.Workers":            "--workers",
@@ -213,4 +222,24 @@ func redactAttr(_ []string, a slog.Attr) slog.Attr {
 		}
 	}
 	return a
+}
+
+// parseRateLimits parses --rate-limit TOPIC=N values.
+func parseRateLimits(values []string) (map[string]float64, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	limits := map[string]float64{}
+	for _, v := range values {
+		topic, n, ok := strings.Cut(v, "=")
+		rate, err := strconv.ParseFloat(n, 64)
+		if !ok || topic == "" || err != nil || !(rate > 0) || math.IsInf(rate, 1) {
+			return nil, usagef("--rate-limit %q: give TOPIC=N, N a positive number of messages a second (e.g. --rate-limit emails=50)", v)
+		}
+		if _, dup := limits[topic]; dup {
+			return nil, usagef("--rate-limit %q: topic %q is limited twice; give it once", v, topic)
+		}
+		limits[topic] = rate
+	}
+	return limits, nil
 }

@@ -47,13 +47,14 @@ no registered relay published anything for as long.`,
 			}
 			relays := readRelays(cmd.Context(), b.admin)
 			stuck := readStuckKeys(cmd.Context(), b.admin, stuckAfter, stuckKeys)
+			paused := readPaused(cmd.Context(), b.admin)
 			warnings := nonEmpty(relays.alarm(st.Pending), noProgress(st, relays, stuckAfter))
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return json.NewEncoder(out).Encode(map[string]any{
 					"table": b.store.Name(), "pending": st.Pending, "in_flight": st.InFlight, "dead": st.Dead,
 					"published_kept": st.Published, "oldest_pending_seconds": st.OldestPending.Seconds(), "behind_dead": st.BehindDead,
-					"relays": relays.json(), "stuck_keys": stuck.json(), "warnings": warnings,
+					"relays": relays.json(), "stuck_keys": stuck.json(), "paused_topics": paused, "warnings": warnings,
 				})
 			}
 			fmt.Fprintf(out, "table           %s\n", b.store.Name())
@@ -66,6 +67,10 @@ no registered relay published anything for as long.`,
 			fmt.Fprintf(out, "published kept  %d\n", st.Published)
 			fmt.Fprintf(out, "oldest pending  %s\n", st.OldestPending.Round(time.Millisecond))
 			stuck.print(out)
+			if len(paused) > 0 {
+				fmt.Fprintf(out, "paused topics   %d (their messages are pending, and no relay publishes them until `outbox resume`)\n", len(paused))
+				printPaused(out, paused, time.Now())
+			}
 			relays.print(out)
 			for _, w := range warnings {
 				fmt.Fprintf(out, "WARNING: %s\n", w)
