@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-outbox/outbox/outboxdriver"
@@ -86,6 +87,9 @@ func validateMessage(m *Message, lim messageLimits) error {
 	case lim.payloadBytes > 0 && len(m.Payload) > lim.payloadBytes:
 		return invalidMessage(m, "Payload", fmt.Sprintf("%d bytes", len(m.Payload)),
 			fmt.Sprintf("is over the limit of %d bytes; store large bodies elsewhere and send a reference, or raise WriterConfig.MaxPayloadBytes", lim.payloadBytes))
+	case !m.AvailableAt.Before(outboxdriver.PausedFrom):
+		return invalidMessage(m, "AvailableAt", m.AvailableAt.UTC().Format(time.RFC3339),
+			"is in the years that mark the messages of paused topics (`outbox pause`), from "+outboxdriver.PausedFrom.Format("2006")+" on; schedule it earlier")
 	case lim.headers > 0 && len(m.Headers) > lim.headers:
 		return invalidMessage(m, "Headers", fmt.Sprintf("%d headers", len(m.Headers)),
 			fmt.Sprintf("are over the limit of %d headers; move data into the payload, or raise WriterConfig.MaxHeaders", lim.headers))

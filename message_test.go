@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/go-outbox/outbox/outboxdriver"
 )
 
 func TestMessageValidationRejectsEachInvalidFieldByName(t *testing.T) {
@@ -24,6 +26,7 @@ func TestMessageValidationRejectsEachInvalidFieldByName(t *testing.T) {
 		{"header name with space", Message{Topic: "t", Headers: map[string]string{"a b": "v"}}, "Headers"},
 		{"header name with colon", Message{Topic: "t", Headers: map[string]string{"a:b": "v"}}, "Headers"},
 		{"header value with NUL", Message{Topic: "t", Headers: map[string]string{"a": "\x00"}}, "Headers[a]"},
+		{"due among paused messages", Message{Topic: "t", AvailableAt: outboxdriver.PausedFrom}, "AvailableAt"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
