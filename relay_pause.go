@@ -80,7 +80,7 @@ func (g *topicGates) refresh(ctx context.Context, log *slog.Logger, force bool) 
 	if !force && time.Since(g.checkedAt) < g.interval {
 		return g.paused
 	}
-	list, err := g.pauser.PausedTopics(ctx)
+	names, err := g.pauser.PausedTopicNames(ctx)
 	g.checkedAt = time.Now()
 	if err != nil {
 		if !g.warned {
@@ -95,10 +95,8 @@ func (g *topicGates) refresh(ctx context.Context, log *slog.Logger, force bool) 
 	}
 	g.warned = false
 	paused := map[string]bool{}
-	for _, p := range list {
-		if !p.Resumed {
-			paused[p.Topic] = true
-		}
+	for _, topic := range names {
+		paused[topic] = true
 	}
 	g.paused = paused
 	return paused

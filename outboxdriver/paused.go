@@ -41,6 +41,10 @@ type TopicPauser interface {
 	// behind a paused topic's message of their key, or left by a relay;
 	// `outbox resume` moves them back), by topic.
 	PausedTopics(ctx context.Context) ([]PausedTopic, error)
+	// PausedTopicNames lists the names of the paused topics only: one
+	// read of the small paused topics table, which relays make about
+	// every second while they work (PausedTopics counts messages).
+	PausedTopicNames(ctx context.Context) ([]string, error)
 }
 
 // PausedTopic is a paused topic, as a store lists it.

@@ -3,6 +3,7 @@ package outboxpg
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/go-outbox/outbox/outboxdriver"
@@ -114,6 +115,19 @@ ORDER BY 1`, outboxdriver.PausedFrom)
 		return nil, s.pausedError("list paused topics", err)
 	}
 	return list, nil
+}
+
+// PausedTopicNames lists the paused topics' names.
+func (s *Store) PausedTopicNames(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT topic FROM `+s.names.qPaused+` ORDER BY topic`)
+	if err != nil {
+		return nil, s.pausedError("list paused topics", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, s.pausedError("list paused topics", err)
+	}
+	return names, nil
 }
 
 // pausedError wraps err of an operation on the paused topics.

@@ -128,6 +128,27 @@ ORDER BY t.topic`, outboxdriver.PausedFrom.UnixMicro())
 	return list, nil
 }
 
+// PausedTopicNames lists the paused topics' names.
+func (s *Store) PausedTopicNames(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT topic FROM `+s.set.qPaused+` ORDER BY topic`)
+	if err != nil {
+		return nil, s.pausedError("list paused topics", err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var topic string
+		if err := rows.Scan(&topic); err != nil {
+			return nil, s.pausedError("list paused topics", err)
+		}
+		names = append(names, topic)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.pausedError("list paused topics", err)
+	}
+	return names, nil
+}
+
 // pausedError wraps err of an operation on the paused topics.
 func (s *Store) pausedError(op string, err error) error {
 	return s.sideTableError(op, "the paused topics table", s.set.qPaused, 8, "to pause topics", err)

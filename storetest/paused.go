@@ -76,6 +76,9 @@ func testPausedTopic(t *testing.T, s *suite) {
 	if wait, ok := s.nextDue(t); !ok || wait < time.Now().AddDate(100, 0, 0).Sub(time.Now()) {
 		t.Fatalf("NextDue with only paused messages left = %v, %v; want pending, due in centuries", wait, ok)
 	}
+	if names, err := p.PausedTopicNames(ctx); err != nil || len(names) != 1 || names[0] != "mail" {
+		t.Fatalf("PausedTopicNames = %v, %v; want [mail]", names, err)
+	}
 	got := pausedTopics(t, p)
 	if pt := got["mail"]; len(got) != 1 || pt.Resumed || pt.Messages != 3 || pt.By != "alice" || pt.Reason != "the mail gateway is down" || pt.At.IsZero() {
 		t.Fatalf("PausedTopics = %+v; want mail, paused by alice for the reason given, with 3 messages", got)
@@ -100,6 +103,9 @@ func testPausedTopic(t *testing.T, s *suite) {
 	}
 	if got := pausedTopics(t, p); len(got) != 0 {
 		t.Fatalf("after the resume PausedTopics = %+v; want none", got)
+	}
+	if names, err := p.PausedTopicNames(ctx); err != nil || len(names) != 0 {
+		t.Fatalf("after the resume PausedTopicNames = %v, %v; want none", names, err)
 	}
 	if at := s.get(t, later.ID).AvailableAt; !at.Equal(scheduled) {
 		t.Fatalf("the scheduled message is due at %v after pause and resume; want its schedule kept, %v", at, scheduled)

@@ -281,6 +281,10 @@ func (d *sqliteDB) PausedTopics(ctx context.Context) ([]outboxdriver.PausedTopic
 	return withStore(ctx, d, func(s *outboxsqlite.Store) ([]outboxdriver.PausedTopic, error) { return s.PausedTopics(ctx) })
 }
 
+func (d *sqliteDB) PausedTopicNames(ctx context.Context) ([]string, error) {
+	return withStore(ctx, d, func(s *outboxsqlite.Store) ([]string, error) { return s.PausedTopicNames(ctx) })
+}
+
 func (d *sqliteDB) StuckKeys(ctx context.Context, olderThan time.Duration, limit int) ([]outboxdriver.StuckKey, int, error) {
 	s, err := d.get(ctx)
 	if err != nil {
