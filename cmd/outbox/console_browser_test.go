@@ -68,6 +68,7 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 			t.Fatal(err)
 		}
 	}
+	fillMinutes(t, pool, schema)
 	// A consumer's inbox beside the table: two applied messages, one
 	// delivered twice, and a parked one.
 	mustCLI(t, append([]string{"inbox", "migrate"}, db...)...)
@@ -186,7 +187,13 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 	deadCount := read("the dead count", "#dead")
 	deadBanner := read("the dead banner", "#banner-dead")
 	relays := read("the relays", "#relays")
+	charts := read("the charts", "#charts")
 	shoot("overview")
+	shootCharts, err := chromedp.Run(browser, chromedp.Screenshot(chromedp.CSS("#charts")))
+	if err != nil {
+		t.Fatalf("browser, screenshot the charts: %v", err)
+	}
+	shots["charts"] = shootCharts
 	step("open the dead letters", chromedp.Navigate(base+"/dead"))
 	groups := read("the groups", "#groups")
 	shoot("dead-letters")
@@ -204,6 +211,9 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 	shoot("parked")
 	if !strings.Contains(deadBanner, "2 dead message") || !strings.Contains(relays, "GONE") || !strings.Contains(relays, "v1.4.0") {
 		t.Fatalf("overview: banner %q, relays %q; want the dead message warned of and a live and a gone relay", deadBanner, relays)
+	}
+	if !strings.Contains(charts, "published in the last hour") || !strings.Contains(charts, "Oldest pending age") {
+		t.Fatalf("overview: charts %q; want the four charts of the last hour", charts)
 	}
 	if !strings.Contains(groups, "endpoint answered 422: total must be positive") || !strings.Contains(history, "upstream unavailable") || parkedError != "tax service answered 500" {
 		t.Fatalf("groups %q, history %q, parked error %q; want the group's error, both attempts and the parked error", groups, history, parkedError)

@@ -27,7 +27,8 @@ type stuckLine struct {
 }
 
 // overview is the page on-call opens first: what is wrong (banners), the
-// table's counts, which relays serve it and which keys wait.
+// table's counts, the charts of the last hour, which relays serve it and
+// which keys wait.
 func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	st, err := c.admin.Stats(r.Context())
 	if err != nil {
@@ -46,6 +47,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	stuck := readStuckKeys(r.Context(), c.admin, c.stuckAfter, consoleStuckKeys)
 	data := struct {
 		page
+		Charts                       chartsView
 		Stats                        outboxdriver.Stats
 		Oldest, Rate, At, StuckAfter string
 		Banners                      []banner
@@ -54,7 +56,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		Stuck                        []stuckLine
 		StuckTotal, StuckMore, Gone  int
 	}{page: c.page(r, "Overview"), Stats: st, Oldest: oldest, Rate: rate, At: time.Now().UTC().Format("15:04:05 MST"),
-		StuckAfter: c.stuckAfter.String(), Banners: overviewBanners(st, relays, stuck, c.stuckAfter)}
+		StuckAfter: c.stuckAfter.String(), Banners: overviewBanners(st, relays, stuck, c.stuckAfter), Charts: readCharts(r.Context(), c.admin)}
 	if relays.err != nil {
 		data.RelaysError = relays.err.Error()
 	}
