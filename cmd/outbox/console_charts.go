@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html"
 	"html/template"
+	"io"
 	"math"
 	"strings"
 	"time"
@@ -252,4 +253,46 @@ func latest(label func(float64) string) func([]float64, []bool) string {
 		}
 		return "no sample in the last hour"
 	}
+}
+
+// lastHour is what the per-minute rollup says of the last hour, for
+// `outbox status`.
+type lastHour struct {
+	published, failed int64
+	minutes           int   // minutes with a row
+	err               error // the rollup could not be read (nil when read)
+}
+
+// readLastHour sums the last hour of the rollup of the store behind admin.
+func readLastHour(ctx context.Context, admin outboxdriver.Admin) lastHour {
+	rollup, ok := admin.(outboxdriver.MinuteRollup)
+	if !ok {
+		return lastHour{err: errors.New("this store keeps no per-minute rollup")}
+	}
+	minutes, _, err := rollup.Minutes(ctx, chartsSpan)
+	h := lastHour{err: err, minutes: len(minutes)}
+	for _, m := range minutes {
+		h.published, h.failed = h.published+m.Published, h.failed+m.Failed
+	}
+	return h
+}
+
+// print writes the line of `outbox status`.
+func (h lastHour) print(w io.Writer) {
+	switch {
+	case h.err != nil:
+		fmt.Fprintf(w, "last hour       unknown: %v\n", h.err)
+	case h.minutes == 0:
+		fmt.Fprintln(w, "last hour       no relay reported")
+	default:
+		fmt.Fprintf(w, "last hour       %d published, %d failed (retried or dead), as the relays reported\n", h.published, h.failed)
+	}
+}
+
+// json is the last hour for `outbox status --json`: nil when unknown.
+func (h lastHour) json() map[string]int64 {
+	if h.err != nil {
+		return nil
+	}
+	return map[string]int64{"published": h.published, "failed": h.failed, "minutes_reported": int64(h.minutes)}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"regexp"
@@ -158,5 +159,28 @@ SELECT to_timestamp(floor(EXTRACT(EPOCH FROM now()) / 60) * 60) - g * interval '
 FROM generate_series(0, 50) AS g WHERE g NOT BETWEEN 12 AND 14`)
 	if err != nil {
 		t.Fatalf("fill the per-minute rollup: %v", err)
+	}
+}
+
+func TestStatusSaysWhatTheRelaysReportedInTheLastHour(t *testing.T) {
+	t.Parallel()
+	db := sqliteProcessDB(t)
+	if out := mustCLI(t, "status", "--database-url", db.url); !strings.Contains(out, "last hour       no relay reported\n") {
+		t.Fatalf("status of a table no relay reported in:\n%s", out)
+	}
+	rollup := db.store.(outboxdriver.MinuteRollup)
+	for _, add := range [][2]int64{{12, 3}, {8, 0}} {
+		if err := rollup.AddMinute(t.Context(), add[0], add[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := mustCLI(t, "status", "--database-url", db.url); !strings.Contains(out, "last hour       20 published, 3 failed (retried or dead)") {
+		t.Fatalf("status after relays added 12+8 published and 3 failed:\n%s", out)
+	}
+	var st struct {
+		LastHour map[string]int64 `json:"last_hour"`
+	}
+	if err := json.Unmarshal([]byte(mustCLI(t, "status", "--json", "--database-url", db.url)), &st); err != nil || st.LastHour["published"] != 20 || st.LastHour["failed"] != 3 {
+		t.Fatalf("status --json last_hour %v (%v); want 20 published, 3 failed", st.LastHour, err)
 	}
 }

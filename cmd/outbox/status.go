@@ -48,6 +48,7 @@ no registered relay published anything for as long.`,
 			relays := readRelays(cmd.Context(), b.admin)
 			stuck := readStuckKeys(cmd.Context(), b.admin, stuckAfter, stuckKeys)
 			paused := readPaused(cmd.Context(), b.admin)
+			hour := readLastHour(cmd.Context(), b.admin)
 			warnings := nonEmpty(relays.alarm(st.Pending), noProgress(st, relays, stuckAfter))
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -55,6 +56,7 @@ no registered relay published anything for as long.`,
 					"table": b.store.Name(), "pending": st.Pending, "in_flight": st.InFlight, "dead": st.Dead,
 					"published_kept": st.Published, "oldest_pending_seconds": st.OldestPending.Seconds(), "behind_dead": st.BehindDead,
 					"relays": relays.json(), "stuck_keys": stuck.json(), "paused_topics": paused, "warnings": warnings,
+					"last_hour": hour.json(),
 				})
 			}
 			fmt.Fprintf(out, "table           %s\n", b.store.Name())
@@ -66,6 +68,7 @@ no registered relay published anything for as long.`,
 			}
 			fmt.Fprintf(out, "published kept  %d\n", st.Published)
 			fmt.Fprintf(out, "oldest pending  %s\n", st.OldestPending.Round(time.Millisecond))
+			hour.print(out)
 			stuck.print(out)
 			if len(paused) > 0 {
 				fmt.Fprintf(out, "paused topics   %d (their messages are pending, and no relay publishes them until `outbox resume`)\n", len(paused))
