@@ -77,7 +77,9 @@ running consumer or discards. Its Replay page publishes again messages already p
 by the relays' --retention, as outbox replay does: a form (topic, key, since, until, ids, or every
 kept message), a first step that only counts them (a dry run), then a confirmation that makes at
 most the counted messages pending again with their ids; over 10,000 it is refused (use outbox
-replay --limit N).
+replay --limit N). Its Paused page lists the paused topics (since when, by whom, why, how many
+messages wait) with a Resume button each, and the topics resumed with messages still held, and
+pauses a topic, as outbox pause, resume and paused do; the overview names the paused topics.
 
 A database with an inbox table and no outbox table (a consumer's) is served too: the Inbox pages
 work and the outbox pages say there is no outbox table and how to make one (outbox migrate up,
@@ -102,11 +104,11 @@ token is answered 401 and logged at WARN with the remote address (once a minute 
 The console speaks plain HTTP: beyond loopback, reach it through a TLS proxy or an SSH tunnel, or
 passwords and tokens cross the network in clear.
 
---read-only shows everything and changes nothing: retry, discard and replay are refused (403) and
-their buttons are not shown. Every change asked, done or refused, is logged at INFO as one line
-"outbox console: audit" (audit=true) naming the user (or "bearer", or "anonymous" without
---auth), the remote address, the action, the table, the ids or the filter and how many, and the
-outcome.
+--read-only shows everything and changes nothing: retry, discard, replay, pause and resume are
+refused (403) and their buttons are not shown. Every change asked, done or refused, is logged at
+INFO as one line "outbox console: audit" (audit=true) naming the user (or "bearer", or
+"anonymous" without --auth), the remote address, the action, the table, the ids or the filter
+and how many, and the outcome.
 
 It answers only requests addressed to an IP address, localhost, the host of --addr or a name
 given with --allow-host (say, the name your proxy forwards), so that a site whose name its owner
@@ -177,7 +179,7 @@ changed since the page was read.`,
 	cmd.Flags().StringVar(&inboxTableName, "inbox-table", outboxpg.InboxTableDefault, "the consumers' inbox table beside the outbox table, for the Inbox page (\"\" for none)")
 	cmd.Flags().StringArrayVar(&allowHosts, "allow-host", nil, "also answer requests addressed to this host name (repeatable), e.g. the name of your proxy; IP addresses and localhost always work")
 	cmd.Flags().StringArrayVar(&authValues, "auth", nil, "ask for credentials: basic:HTPASSWD-FILE (users and bcrypt hashes, htpasswd -B; for browsers), bearer:TOKEN-FILE (one token; for scripts), both (repeat the flag), or none; required unless --addr is a loopback address")
-	cmd.Flags().BoolVar(&readOnly, "read-only", false, "show the tables but refuse every retry, discard and replay (403)")
+	cmd.Flags().BoolVar(&readOnly, "read-only", false, "show the tables but refuse every retry, discard, replay, pause and resume (403)")
 	// It shadows the global --table, which names one table.
 	cmd.Flags().StringArrayVar(&tables, "table", nil, "an outbox table to serve (default outbox); repeat it for several, each served under /t/SCHEMA.TABLE/ with an index of them at /; on PostgreSQL SCHEMA.TABLE names a table of another schema than --schema")
 	cmd.Flags().BoolVar(&allTables, "all-tables", false, "serve every outbox table of --schema (PostgreSQL) or of the file (SQLite): each table that has its TABLE_migrations table beside it")
@@ -241,6 +243,9 @@ func (c *console) routes() http.Handler {
 	mux.HandleFunc("POST /dead/groups/discard", c.change("discard-group", c.outboxChange(c.actOnGroup)))
 	mux.HandleFunc("GET /replay", c.outboxOnly(c.replayPage))
 	mux.HandleFunc("POST /replay/confirm", c.change("replay", c.outboxChange(c.replay)))
+	mux.HandleFunc("GET /paused", c.outboxOnly(c.pausedPage))
+	mux.HandleFunc("POST /paused/pause", c.change("pause", c.outboxChange(c.pauseTopic)))
+	mux.HandleFunc("POST /paused/resume", c.change("resume", c.outboxChange(c.resumeTopic)))
 	mux.HandleFunc("GET /inbox", c.inboxPage)
 	mux.HandleFunc("GET /inbox/parked", c.parkedPage)
 	mux.HandleFunc("GET /inbox/parked/{id}", c.parkedMessage)
@@ -305,7 +310,8 @@ func (c *console) page(r *http.Request, title string) page {
 // them.
 var consoleVerbs = map[string]string{"retry": "pending again", "discard": "discarded",
 	"retry-parked": "to be handled again by the running consumer", "discard-parked": "discarded",
-	"replay": "pending again, to be published again with their ids"}
+	"replay": "pending again, to be published again with their ids",
+	"pause":  "of the topic held: it is paused", "resume": "due again: the topic is resumed"}
 
 // flash is the announcement of the change a POST redirected from: done names
 // the change, n how many messages it changed, and of, for every match of a

@@ -12,7 +12,7 @@ import (
 const (
 	// consoleReadOnly answers a change asked of a read-only console.
 	consoleReadOnly = "refused: the console runs read-only (--read-only): it shows the tables and changes nothing; " +
-		"retry, discard or replay with the outbox command (outbox dead retry|discard, outbox inbox parked retry|discard, outbox replay), " +
+		"retry, discard, replay, pause or resume with the outbox command (outbox dead retry|discard, outbox inbox parked retry|discard, outbox replay, outbox pause|resume), " +
 		"or restart the console without --read-only"
 	// consoleAuditIDs bounds the ids one audit line lists; it counts them
 	// all.

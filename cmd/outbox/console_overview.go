@@ -48,6 +48,7 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 	data := struct {
 		page
 		Charts                       chartsView
+		Paused                       pausedView
 		Stats                        outboxdriver.Stats
 		Oldest, Rate, At, StuckAfter string
 		Banners                      []banner
@@ -57,6 +58,10 @@ func (c *console) overview(w http.ResponseWriter, r *http.Request) {
 		StuckTotal, StuckMore, Gone  int
 	}{page: c.page(r, "Overview"), Stats: st, Oldest: oldest, Rate: rate, At: time.Now().UTC().Format("15:04:05 MST"),
 		StuckAfter: c.stuckAfter.String(), Banners: overviewBanners(st, relays, stuck, c.stuckAfter), Charts: readCharts(r.Context(), c.admin)}
+	// The paused topics are a notice here: a table migrated before pausing
+	// existed, or one that fails to list them, shows none, and the Paused
+	// page says why.
+	data.Paused, _ = readPausedTopics(r.Context(), c.admin, c.base, time.Now())
 	if relays.err != nil {
 		data.RelaysError = relays.err.Error()
 	}
