@@ -373,6 +373,7 @@ func (r *Relay) exchanged(ctx context.Context, start time.Time, settle outboxdri
 	if err == nil {
 		r.storeOK.Store(time.Now().UnixNano())
 		recorded = settle.Len() // a failed exchange recorded nothing
+		r.lastWork.minutes.settled(settle)
 	}
 	r.cfg.Observer.Exchanged(ctx, Exchange{
 		Table: r.store.Name(), Duration: time.Since(start), Err: err, Claimed: claimed,
