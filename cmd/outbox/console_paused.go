@@ -21,8 +21,8 @@ const consolePauseReason = 500
 // pausedView is the paused topics of a table as the Paused page and the
 // overview show them, or why they cannot be read (with the fix).
 type pausedView struct {
-	// Base is the path of the table's pages, for the overview's link.
-	Base string
+	// Link is the path of the table's Paused page, for the overview.
+	Link string
 	// Paused are the paused topics; Resumed the topics not paused with
 	// messages still held out of the relays' reach.
 	Paused, Resumed []pausedLine
@@ -41,7 +41,7 @@ type pausedLine struct {
 // store that cannot pause, or a table without the paused topics table, is
 // a Problem of the view, not an error: the page says what to do.
 func readPausedTopics(ctx context.Context, admin outboxdriver.Admin, base string, now time.Time) (pausedView, error) {
-	view := pausedView{Base: base}
+	view := pausedView{Link: base + "/paused"}
 	p, ok := admin.(outboxdriver.TopicPauser)
 	if !ok {
 		view.Problem = "This store cannot pause topics."

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/outboxsqlite"
 )
@@ -109,7 +110,12 @@ func testSeveralTables(t *testing.T, tt twoTables, tables ...string) {
 	}
 
 	billing := base + "/t/" + tt.billingName
-	for _, path := range []string{"/", "/dead", "/dead/" + dead.ID.String(), "/replay", "/inbox"} {
+	// A paused topic puts a notice on the overview and a Resume form on
+	// the Paused page, whose links are checked too.
+	if _, err := tt.billing.store.(outboxdriver.TopicPauser).PauseTopic(ctx, "invoices", "test", ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/", "/dead", "/dead/" + dead.ID.String(), "/replay", "/paused", "/inbox"} {
 		page := get(t, billing+path)
 		for _, m := range links.FindAllStringSubmatch(page, -1) {
 			if m[1] != "/" && !strings.HasPrefix(m[1], "/t/"+tt.billingName+"/") {
