@@ -1,0 +1,7 @@
+module github.com/go-outbox/outbox/internal/mysqltest
+
+go 1.26.0
+
+require github.com/go-sql-driver/mysql v1.10.1
+
+require filippo.io/edwards25519 v1.2.0 // indirect
