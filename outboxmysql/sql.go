@@ -1,0 +1,145 @@
+package outboxmysql
+
+import (
+	"strings"
+)
+
+// statements holds the SQL text of a table, built once from validated
+// names. Statements that take a list of ids end with "IN (" and are
+// completed per call with one placeholder per id (idList): MySQL has no
+// array parameter, and MySQL and MariaDB build tables from JSON
+// differently, so a list of placeholders is what both accept.
+//
+// Every time is the database's: UTC_TIMESTAMP(6) is the same throughout a
+// statement, and a DATETIME holds no time zone, so the store compares and
+// stores UTC whatever the session's time_zone.
+type statements struct {
+	insertPrefix string // INSERT ... VALUES, followed by one insertRow per message
+	insertRow    string // id, topic, key, payload, headers, created_at or NULL, available_at or NULL
+
+	anyDue          string
+	claimSelect     string // ?1 limit
+	claimUpdate     string // ?1 lease µs, ?2 token, ids
+	settlePublished string // ?1 token, ids
+	settleKept      string // ?1 token, ids
+	release         string // ?1 token, ids
+	nextDue         string
+	purge           string // ?1 age µs, ?2 limit
+	stats           string
+	get             string // ?1 id
+	listDead        string // ?1 after, ?2 limit
+	retryDead       string // ids
+	retryAll        string
+	discardDead     string // ids
+	now             string
+}
+
+func newStatements(s settings) statements {
+	r := strings.NewReplacer("{t}", s.qTable,
+		"{now}", "UTC_TIMESTAMP(6)",
+		"{unleased}", "(locked_until IS NULL OR locked_until <= UTC_TIMESTAMP(6))")
+	sql := func(q string) string { return r.Replace(strings.TrimSpace(q)) }
+	return statements{
+		insertPrefix: sql("INSERT INTO {t} (id, topic, `key`, payload, headers, created_at, available_at) VALUES "),
+		// A message without CreatedAt or AvailableAt gets the database's
+		// time of the insert, the same for every row of the statement.
+		insertRow: sql(`(?, ?, ?, ?, ?, COALESCE(?, {now}), COALESCE(?, {now}))`),
+
+		// The relay's probe before a transaction: a claim that would find
+		// nothing stays a read that locks nothing.
+		anyDue: sql(`SELECT EXISTS (SELECT 1 FROM {t} WHERE status = 'pending' AND available_at <= {now} AND {unleased})`),
+		// A message is due when available_at has come and no lease is in
+		// force: a lease that ran out leaves it in its old place in the
+		// queue. The claim reads the first entries of the pending index and
+		// locks the rows it returns (READ COMMITTED: no gap, see inTx),
+		// passing over rows that other claims or uncommitted inserts hold.
+		claimSelect: sql(`
+SELECT ` + messageColumns + ` FROM {t}
+WHERE status = 'pending' AND available_at <= {now} AND {unleased}
+ORDER BY available_at, id
+LIMIT ?
+FOR UPDATE SKIP LOCKED`),
+		// The lease: locked_until and lease_token, with available_at kept as
+		// the due time, so a message whose relay died comes back by itself
+		// when its lease runs out, in its old place in the queue.
+		claimUpdate: sql(`
+UPDATE {t} SET locked_until = {now} + INTERVAL ? MICROSECOND, lease_token = ?
+WHERE status = 'pending' AND id IN (`),
+		settlePublished: sql(`DELETE FROM {t} WHERE lease_token = ? AND id IN (`),
+		settleKept: sql(`
+UPDATE {t} SET status = 'published', published_at = {now}, lease_token = NULL, locked_until = NULL
+WHERE lease_token = ? AND id IN (`),
+		release: sql(`
+UPDATE {t} SET locked_until = NULL, lease_token = NULL
+WHERE lease_token = ? AND status = 'pending' AND id IN (`),
+		// A message is due at available_at, or at the end of its lease if
+		// that is later. Both halves read the leased index: the unleased
+		// rows (locked_until NULL) come first in it, by due time, so the
+		// first half is one entry; the second reads the leased rows only.
+		nextDue: sql(`
+SELECT TIMESTAMPDIFF(MICROSECOND, {now}, MIN(due)) FROM (
+	SELECT MIN(available_at) AS due FROM {t} WHERE status = 'pending' AND locked_until IS NULL
+	UNION ALL
+	SELECT MIN(GREATEST(available_at, locked_until)) FROM {t} WHERE status = 'pending' AND locked_until IS NOT NULL
+) AS d`),
+		purge: sql(`
+DELETE FROM {t}
+WHERE status = 'published' AND published_at < {now} - INTERVAL ? MICROSECOND
+ORDER BY published_at
+LIMIT ?`),
+
+		// One query, a subquery per count so each reads an index of its
+		// status. BehindDead counts the pending messages that come, in
+		// insert order, after the first dead message of their key.
+		stats: sql(`
+SELECT
+	(SELECT COUNT(*) FROM {t} WHERE status = 'pending'),
+	(SELECT COUNT(*) FROM {t} WHERE status = 'pending' AND lease_token IS NOT NULL AND locked_until > {now}),
+	(SELECT COUNT(*) FROM {t} WHERE status = 'dead'),
+	(SELECT COUNT(*) FROM {t} WHERE status = 'published'),
+	(SELECT COALESCE(GREATEST(0, TIMESTAMPDIFF(MICROSECOND, MIN(created_at), {now})), 0) FROM {t} WHERE status = 'pending'),
+	(SELECT COUNT(*) FROM {t} WHERE status = 'published' AND published_at > {now} - INTERVAL 1 MINUTE),
+	(SELECT COUNT(*) FROM (SELECT ` + "`key`" + `, MIN(seq) AS first_dead FROM {t} WHERE status = 'dead' AND ` + "`key`" + ` <> '' GROUP BY ` + "`key`" + `) AS d
+		JOIN {t} AS p ON p.` + "`key` = d.`key`" + ` AND p.status = 'pending' AND p.seq > d.first_dead)`),
+		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = ?`),
+		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > ? ORDER BY id LIMIT ?`),
+		retryDead: sql(`
+UPDATE {t} SET status = 'pending', attempts = 0, available_at = {now}, lease_token = NULL, locked_until = NULL
+WHERE status = 'dead' AND id IN (`),
+		retryAll: sql(`
+UPDATE {t} SET status = 'pending', attempts = 0, available_at = {now}, lease_token = NULL, locked_until = NULL
+WHERE status = 'dead'`),
+		discardDead: sql(`DELETE FROM {t} WHERE status = 'dead' AND id IN (`),
+		now:         `SELECT UTC_TIMESTAMP(6)`,
+	}
+}
+
+// idList completes a statement that ends with "IN (" for n ids.
+func idList(stmt string, n int) string {
+	return stmt + placeholders(n) + ")"
+}
+
+// caseByID returns "CASE id WHEN ? THEN ? ... END" for n ids: one value per
+// row in a single-table UPDATE, which finds its rows by primary key and so
+// locks only them (a join with a derived table of values might not).
+func caseByID(n int) string {
+	return "CASE id" + strings.Repeat(" WHEN ? THEN ?", n) + " END"
+}
+
+// retrySQL is the retry settlement of n messages. Its parameters: the
+// (id, attempts counted) pairs, the (id, delay µs) pairs, the (id, error)
+// pairs, the token, then the ids.
+func retrySQL(s settings, n int) string {
+	return `UPDATE ` + s.qTable + ` SET attempts = attempts + ` + caseByID(n) + `,
+	available_at = UTC_TIMESTAMP(6) + INTERVAL ` + caseByID(n) + ` MICROSECOND,
+	last_error = ` + caseByID(n) + `, lease_token = NULL, locked_until = NULL
+WHERE lease_token = ? AND status = 'pending' AND id IN (` + placeholders(n) + ")"
+}
+
+// deadSQL is the dead settlement of n messages. Its parameters: the (id,
+// error) pairs, the token, then the ids.
+func deadSQL(s settings, n int) string {
+	return `UPDATE ` + s.qTable + ` SET status = 'dead', attempts = attempts + 1,
+	last_error = ` + caseByID(n) + `, lease_token = NULL, locked_until = NULL
+WHERE lease_token = ? AND status = 'pending' AND id IN (` + placeholders(n) + ")"
+}

@@ -1,0 +1,319 @@
+package outboxmysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/sqlrow"
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+// Store is an outbox table in a MySQL or MariaDB database, used through
+// database/sql with github.com/go-sql-driver/mysql. It is safe for
+// concurrent use, and any number of Stores, in any number of processes,
+// may share the table. Create the table with a Migrator first.
+type Store struct {
+	db    *sql.DB
+	set   settings
+	stmts statements
+
+	purging atomic.Bool // a PurgePublished of this Store is running
+}
+
+// The interfaces Store implements.
+var (
+	_ outboxdriver.Store           = (*Store)(nil)
+	_ outboxdriver.Admin           = (*Store)(nil)
+	_ outboxdriver.KeyOrderClaimer = (*Store)(nil)
+	_ outboxdriver.SchemaChecker   = (*Store)(nil)
+	_ outbox.Inserter[*sql.Tx]     = (*Store)(nil)
+	_ outbox.TxRunner[*sql.Tx]     = (*Store)(nil)
+)
+
+// New returns a Store for the table opts names, in the database db connects
+// to. It validates opts and does not touch the database. Open db with the
+// github.com/go-sql-driver/mysql driver; the store reads and writes its
+// times itself, so it works whatever parseTime and loc say, but
+// interpolateParams=true saves a round trip per statement (see the
+// package documentation).
+func New(db *sql.DB, opts Options) (*Store, error) {
+	if db == nil {
+		return nil, &outbox.ConfigError{Field: "outboxmysql.New db", Value: "nil",
+			Fix: `pass a *sql.DB opened with the mysql driver, e.g. sql.Open("mysql", "user:password@tcp(host:3306)/db?interpolateParams=true") after importing github.com/go-sql-driver/mysql`}
+	}
+	set, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, set: set, stmts: newStatements(set)}, nil
+}
+
+// ClaimsInKeyOrder reports false: this release of the store claims by due
+// time only; see outboxdriver.KeyOrderClaimer.
+func (s *Store) ClaimsInKeyOrder() bool { return false }
+
+// Name returns the table's name. Writers and relays of one process that
+// use the same name wake each other; give tables of different databases
+// that one process serves different names.
+func (s *Store) Name() string { return s.set.table }
+
+// DB returns the *sql.DB the Store uses, for a Migrator and for the
+// application's own transactions.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// SettleAndClaim records settle and claims the next batch in one READ
+// COMMITTED transaction: if any statement fails, nothing is recorded and
+// nothing is claimed. It runs one statement per non-empty outcome kind,
+// then, if claim.Limit > 0, reads the due messages with FOR UPDATE SKIP
+// LOCKED and leases them. A deadlock or lock wait timeout runs the whole
+// transaction again (see inTx).
+//
+// A claim with nothing to settle first asks, without a transaction, whether
+// any message is due: an idle relay that is woken needlessly only reads.
+//
+// Claimed messages come back ordered by due time, then id; their
+// AvailableAt is the time they were due when claimed, which the lease
+// leaves as it was.
+func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
+	if claim.Limit < 0 {
+		return nil, fmt.Errorf("outboxmysql: exchange on %s: claim limit %d is negative", s.Name(), claim.Limit)
+	}
+	if claim.Limit > 0 && claim.Lease <= 0 {
+		return nil, fmt.Errorf("outboxmysql: exchange on %s: claim lease %v must be positive", s.Name(), claim.Lease)
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("outboxmysql: exchange on %s (settle %d published, %d retried, %d dead, %d released; claim %d): %w",
+			s.Name(), len(settle.Published), len(settle.Retry), len(settle.Dead), len(settle.Release), claim.Limit, err)
+	}
+	if settle.Empty() {
+		if claim.Limit == 0 {
+			return nil, nil
+		}
+		var due bool
+		if err := s.db.QueryRowContext(ctx, s.stmts.anyDue).Scan(&due); err != nil {
+			return nil, fail(err)
+		}
+		if !due {
+			return nil, nil
+		}
+	}
+	var msgs []outbox.Message
+	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		msgs = nil
+		if err := s.settle(ctx, tx, settle); err != nil {
+			return err
+		}
+		if claim.Limit == 0 {
+			return nil
+		}
+		msgs, err = s.claim(ctx, tx, claim)
+		return err
+	})
+	if err != nil {
+		return nil, fail(err)
+	}
+	return msgs, nil
+}
+
+// claim reads and leases up to claim.Limit due messages in tx.
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, claim outboxdriver.Claim) ([]outbox.Message, error) {
+	rows, err := tx.QueryContext(ctx, s.stmts.claimSelect, claim.Limit)
+	if err != nil {
+		return nil, err
+	}
+	msgs, undecodable, err := collectMessages(rows, claim.Limit)
+	if err != nil || len(msgs) == 0 {
+		return nil, err
+	}
+	claimed := make([]uuid.UUID, len(msgs))
+	for i := range msgs {
+		claimed[i] = msgs[i].ID
+	}
+	args := append([]any{micros(claim.Lease), claim.Token[:]}, idArgs(claimed)...)
+	res, err := tx.ExecContext(ctx, idList(s.stmts.claimUpdate, len(claimed)), args...)
+	if err != nil {
+		return nil, err
+	}
+	// Each row gets a new token, so each counts as changed even where the
+	// driver reports changed rather than matched rows.
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(msgs)) {
+		return nil, fmt.Errorf("leased %d of the %d messages read (%v); nothing claimed", n, len(msgs), err)
+	}
+	if len(undecodable) == 0 {
+		return msgs, nil
+	}
+	// No publisher could send these rows and retrying cannot change them:
+	// they go to the dead letters with the reason, in the same
+	// transaction, instead of failing every claim that meets them.
+	msgs = slices.DeleteFunc(msgs, func(m outbox.Message) bool {
+		return slices.ContainsFunc(undecodable, func(f outboxdriver.Failure) bool { return f.ID == m.ID })
+	})
+	if err := s.settle(ctx, tx, outboxdriver.Settlement{Token: claim.Token, Dead: undecodable}); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+// settle runs one statement per non-empty outcome kind of st, in the
+// settlement order of the other stores: published, release, retry, dead.
+// Each finds its rows by primary key and applies only to rows still leased
+// to st.Token.
+func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settlement) error {
+	token := st.Token[:]
+	if len(st.Published) > 0 {
+		stmt := s.stmts.settlePublished
+		if st.KeepPublished {
+			stmt = s.stmts.settleKept
+		}
+		if _, err := tx.ExecContext(ctx, idList(stmt, len(st.Published)), append([]any{token}, idArgs(st.Published)...)...); err != nil {
+			return err
+		}
+	}
+	if len(st.Release) > 0 {
+		if _, err := tx.ExecContext(ctx, idList(s.stmts.release, len(st.Release)), append([]any{token}, idArgs(st.Release)...)...); err != nil {
+			return err
+		}
+	}
+	if n := len(st.Retry); n > 0 {
+		args := make([]any, 0, 7*n+1)
+		for _, r := range st.Retry {
+			args = append(args, r.ID[:], r.Counted())
+		}
+		for _, r := range st.Retry {
+			args = append(args, r.ID[:], micros(r.Delay))
+		}
+		for _, r := range st.Retry {
+			args = append(args, r.ID[:], sqlrow.StorableText(r.Error))
+		}
+		args = append(args, token)
+		for _, r := range st.Retry {
+			args = append(args, r.ID[:])
+		}
+		if _, err := tx.ExecContext(ctx, retrySQL(s.set, n), args...); err != nil {
+			return err
+		}
+	}
+	if n := len(st.Dead); n > 0 {
+		args := make([]any, 0, 3*n+1)
+		for _, d := range st.Dead {
+			args = append(args, d.ID[:], sqlrow.StorableText(d.Error))
+		}
+		args = append(args, token)
+		for _, d := range st.Dead {
+			args = append(args, d.ID[:])
+		}
+		if _, err := tx.ExecContext(ctx, deadSQL(s.set, n), args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release ends token's leases on ids; the messages are due at once, in
+// their old place in the queue, and no attempt is counted.
+func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.execCount(ctx, idList(s.stmts.release, len(ids)), append([]any{token[:]}, idArgs(ids)...)...)
+	if err != nil {
+		return fmt.Errorf("outboxmysql: release %d message(s) in %s: %w", len(ids), s.Name(), err)
+	}
+	return nil
+}
+
+// NextDue returns how long until the earliest pending message is due by the
+// database's clock, leased ones included (they are due when their lease
+// ends). It is one read-only query on the leased index that locks nothing.
+func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
+	var next sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, s.stmts.nextDue).Scan(&next); err != nil {
+		return 0, false, fmt.Errorf("outboxmysql: find next due message in %s: %w", s.Name(), err)
+	}
+	if !next.Valid {
+		return 0, false, nil
+	}
+	return time.Duration(next.Int64) * time.Microsecond, true, nil
+}
+
+// PurgePublished deletes up to limit published messages published more than
+// olderThan ago by the database's clock, oldest first, with one DELETE.
+//
+// At most one caller does the work at a time, across processes: each takes
+// the table's purge lock (GET_LOCK, without waiting) on a connection of its
+// own, and one that finds it taken returns (0, nil) at once.
+func (s *Store) PurgePublished(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("outboxmysql: purge published messages in %s: limit %d must be positive", s.Name(), limit)
+	}
+	if olderThan < 0 {
+		return 0, fmt.Errorf("outboxmysql: purge published messages in %s: age %v must not be negative", s.Name(), olderThan)
+	}
+	if !s.purging.CompareAndSwap(false, true) {
+		return 0, nil
+	}
+	defer s.purging.Store(false)
+	n, err := s.purge(ctx, olderThan, limit)
+	if err != nil {
+		return 0, fmt.Errorf("outboxmysql: purge published messages in %s: %w", s.Name(), err)
+	}
+	return n, nil
+}
+
+func (s *Store) purge(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	name := lockName("purge")
+	var got sql.NullInt64
+	if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(`+name+`, 0)`, s.set.table).Scan(&got); err != nil {
+		return 0, err
+	}
+	if got.Int64 != 1 {
+		return 0, nil
+	}
+	// Closing a connection whose release failed ends its session, which
+	// releases the lock too.
+	defer func() { _, _ = c.ExecContext(context.WithoutCancel(ctx), `DO RELEASE_LOCK(`+name+`)`, s.set.table) }()
+	var n int64
+	err = retryTx(ctx, func() error {
+		tx, err := c.BeginTx(ctx, readCommitted)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, s.stmts.purge, micros(olderThan), limit)
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+	return int(n), err
+}
+
+// execCount runs one statement in its own READ COMMITTED transaction and
+// returns the rows it changed.
+func (s *Store) execCount(ctx context.Context, query string, args ...any) (int, error) {
+	var n int64
+	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, query, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
