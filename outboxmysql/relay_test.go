@@ -1,0 +1,45 @@
+package outboxmysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxmysql"
+	"github.com/go-outbox/outbox/relaytest"
+)
+
+// relayHarness migrates a table, with a name of its own, in a fresh
+// database. Key order is not implemented yet: KeyOrdered stays nil.
+func relayHarness(t *testing.T) relaytest.Harness {
+	t.Helper()
+	store := newStore(t, outboxmysql.Options{Table: randomTable()})
+	w := newWriter(t, store)
+	return relaytest.Harness{
+		Store: store,
+		Write: func(ctx context.Context, commit bool, msgs ...*outbox.Message) error {
+			err := store.RunInTx(ctx, func(tx *sql.Tx) error {
+				if err := w.Write(ctx, tx, msgs...); err != nil {
+					return err
+				}
+				if !commit {
+					return errRollback
+				}
+				return nil
+			})
+			if !commit && errors.Is(err, errRollback) {
+				return nil
+			}
+			return err
+		},
+		Notify: w.Notify,
+		Scale:  0.25,
+	}
+}
+
+func TestRelay(t *testing.T) {
+	t.Parallel()
+	relaytest.Run(t, relayHarness)
+}
