@@ -10,3 +10,9 @@ func Now(ctx context.Context, s *Store) (time.Time, error) { return s.now(ctx) }
 
 // StatementsOf exposes the migrations' splitter.
 var StatementsOf = statementsOf
+
+// ClaimSQL is the claim's locking read; its one parameter is the limit.
+func ClaimSQL(s *Store) string { return s.stmts.claimSelect }
+
+// ClaimTxOptions are the options of the store's own transactions.
+var ClaimTxOptions = readCommitted

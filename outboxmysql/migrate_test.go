@@ -1,0 +1,126 @@
+package outboxmysql_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/mysqltest"
+	"github.com/go-outbox/outbox/outboxmysql"
+)
+
+func TestMigratorGoesUpListsAndGoesDownAgain(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.DB(t)
+	opts := outboxmysql.Options{Table: "events"}
+	m, err := outboxmysql.NewMigrator(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := outboxmysql.New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CheckSchema(t.Context()); !errors.Is(err, outbox.ErrNotMigrated) || !strings.Contains(err.Error(), "outbox migrate up") {
+		t.Fatalf("CheckSchema before Up: %v; want outbox.ErrNotMigrated naming `outbox migrate up`", err)
+	}
+	if got, err := m.Up(t.Context()); err != nil || !slices.Equal(got, []int{1}) {
+		t.Fatalf("Up = %v, %v; want [1]", got, err)
+	}
+	if got, err := m.Up(t.Context()); err != nil || len(got) != 0 {
+		t.Fatalf("second Up = %v, %v; want nothing to do", got, err)
+	}
+	if err := store.CheckSchema(t.Context()); err != nil {
+		t.Fatalf("CheckSchema after Up: %v", err)
+	}
+	list, err := m.List(t.Context())
+	if err != nil || len(list) != m.Latest() || !list[0].Applied || list[0].AppliedAt.IsZero() || list[0].Name != "create_outbox" {
+		t.Fatalf("List = %+v, %v; want migration 1 applied", list, err)
+	}
+	if got, err := m.Down(t.Context(), 1); err != nil || !slices.Equal(got, []int{1}) {
+		t.Fatalf("Down(1) = %v, %v; want [1]", got, err)
+	}
+	if err := store.CheckSchema(t.Context()); !errors.Is(err, outbox.ErrNotMigrated) {
+		t.Fatalf("CheckSchema after Down: %v; want outbox.ErrNotMigrated", err)
+	}
+	if _, err := m.Down(t.Context(), 1); err == nil {
+		t.Fatalf("Down below version 0: no error")
+	}
+}
+
+func TestConcurrentMigratorsApplyEachMigrationOnce(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.DB(t)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		applied []int
+	)
+	for range 4 {
+		wg.Go(func() {
+			m, err := outboxmysql.NewMigrator(db, outboxmysql.Options{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got, err := m.Up(t.Context())
+			if err != nil {
+				t.Errorf("Up: %v", err)
+			}
+			mu.Lock()
+			applied = append(applied, got...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if !slices.Equal(applied, []int{1}) {
+		t.Fatalf("the migrators applied %v between them; want [1], once", applied)
+	}
+}
+
+// A table made from Migrator.SQL by another migration tool, without the
+// bookkeeping table, passes the schema check and drops with the down SQL.
+func TestTheSQLForOtherToolsMakesAWorkingTable(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.DB(t)
+	m, err := outboxmysql.NewMigrator(nil, outboxmysql.Options{Table: "order"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := m.SQL(outboxmysql.DirectionUp)
+	if !strings.Contains(up, "CREATE TABLE `order`") || strings.Contains(up, "{{") {
+		t.Fatalf("SQL(up) does not create the quoted table with every placeholder filled:\n%s", up)
+	}
+	for _, stmt := range outboxmysql.StatementsOf(up) {
+		if _, err := db.ExecContext(t.Context(), stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	store, err := outboxmysql.New(db, outboxmysql.Options{Table: "order"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CheckSchema(t.Context()); err != nil {
+		t.Fatalf("CheckSchema: %v", err)
+	}
+	for _, stmt := range outboxmysql.StatementsOf(m.SQL(outboxmysql.DirectionDown)) {
+		if _, err := db.ExecContext(t.Context(), stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	if err := store.CheckSchema(t.Context()); !errors.Is(err, outbox.ErrNotMigrated) {
+		t.Fatalf("CheckSchema after the down SQL: %v; want outbox.ErrNotMigrated", err)
+	}
+}
+
+func TestStatementsOfSplitsAtSemicolonsThatEndALineAndDropsCommentLines(t *testing.T) {
+	t.Parallel()
+	got := outboxmysql.StatementsOf("-- a comment; with a semicolon;\nCREATE TABLE a (\n\tx INT -- inline\n);\n\n-- another\nDROP TABLE b;\nSELECT 1")
+	want := []string{"CREATE TABLE a (\n\tx INT -- inline\n)", "DROP TABLE b", "SELECT 1"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("StatementsOf = %q; want %q", got, want)
+	}
+}
