@@ -85,7 +85,8 @@ type Config struct {
 	// PauseCheckInterval is how often, at most, a relay with messages to
 	// publish reads the paused topics (`outbox pause`): a pause moves the
 	// topic's pending messages out of reach at once, and a message written
-	// after it may still be published by a relay for this long; see
+	// after it may still be published by a relay for this long, or until
+	// the end of a batch checked before the pause; see
 	// PauseCheckIntervalDefault.
 	PauseCheckInterval time.Duration
 	// PollInterval is the longest wait between looks at the table; see

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-outbox/outbox/outboxdriver"
@@ -37,6 +40,9 @@ type topicGates struct {
 	paused    map[string]bool
 	checkedAt time.Time
 	warned    bool // the paused topics could not be read, and it was logged
+	// sweepPending says a move back of what no pause holds is owed
+	// (sweepPaused).
+	sweepPending atomic.Bool
 
 	limits map[string]*tokenBucket // by topic; fixed after NewRelay
 }
@@ -44,6 +50,7 @@ type topicGates struct {
 func newTopicGates(store outboxdriver.Store, cfg Config) *topicGates {
 	g := &topicGates{interval: cfg.PauseCheckInterval, limits: map[string]*tokenBucket{}}
 	g.pauser, _ = store.(outboxdriver.TopicPauser)
+	g.sweepPending.Store(true)
 	for topic, rate := range cfg.TopicRateLimits {
 		g.limits[topic] = newTokenBucket(rate)
 	}
@@ -68,6 +75,16 @@ func (e *rateLimitedError) Error() string {
 	return fmt.Sprintf("topic %q is over its rate limit of %g messages per second in this relay: postponed", e.topic, e.rate)
 }
 
+// isAdmissionRefusal reports whether err is the relay's own refusal of a
+// message: its topic is paused or over its rate limit.
+func isAdmissionRefusal(err error) bool {
+	var (
+		pe *pausedError
+		re *rateLimitedError
+	)
+	return errors.As(err, &pe) || errors.As(err, &re)
+}
+
 // refresh reads the paused topics if the last read is older than the
 // interval (force: whatever its age) and returns them. If they cannot be
 // read, the last ones read stay (none at first), and it is logged once.
@@ -85,7 +102,7 @@ func (g *topicGates) refresh(ctx context.Context, log *slog.Logger, force bool) 
 	if err != nil {
 		if !g.warned {
 			g.warned = true
-			msg := "outbox relay: cannot read the paused topics; publishing every topic until they can be read"
+			msg := "outbox relay: cannot read the paused topics; it goes on with the ones it read last (none, at first) until it can"
 			if errors.Is(err, outboxdriver.ErrNotMigrated) {
 				msg = "outbox relay: the table has no paused topics table yet; publishing every topic (run `outbox migrate up` to pause topics)"
 			}
@@ -129,28 +146,54 @@ func (g *topicGates) admitter(paused map[string]bool) func(m *Message) error {
 }
 
 // afterPauseSettled runs after a settlement that postponed messages of
-// topics for a pause has been recorded: if one of those topics is no longer
-// paused, the resume may have come before the settlement, and moved back
-// everything but these; so the relay moves back what no pause holds.
+// topics for a pause has been recorded: it asks the store which of those
+// topics are still paused, waiting for a resume under way to commit
+// (TopicPauser.PausedAmong), and if one is not, the resume may have moved
+// its messages back before this settlement moved some of them out again: the
+// relay moves back what no pause holds. If the relay cannot (or dies first),
+// a sweep does it later (sweepPaused).
 func (r *Relay) afterPauseSettled(ctx context.Context, topics map[string]bool) {
 	if len(topics) == 0 || r.gates.pauser == nil {
 		return
 	}
 	storeCtx, cancel := r.storeCtx(ctx)
 	defer cancel()
-	paused := r.gates.refresh(storeCtx, r.log, true)
-	for topic := range topics {
-		if paused[topic] {
-			continue
-		}
-		n, err := r.gates.pauser.MoveBackUnpaused(storeCtx)
-		if err != nil {
-			r.log.Warn("outbox relay: moving back messages postponed for a pause that ended meanwhile failed; `outbox resume --topic T` moves them back",
-				slog.String("topic", topic), slog.Any("error", err))
-		} else if n > 0 {
-			r.log.Info("outbox relay: moved back messages postponed for a pause that ended meanwhile", slog.String("topic", topic), slog.Int("messages", n))
-		}
+	names := slices.Sorted(maps.Keys(topics))
+	still, err := r.gates.pauser.PausedAmong(storeCtx, names)
+	if err != nil {
+		r.gates.sweepPending.Store(true)
+		r.log.Warn("outbox relay: cannot read whether the topics it postponed for a pause are still paused; it will move back what no pause holds at its next heartbeat", slog.Any("error", err))
 		return
+	}
+	if len(still) == len(names) {
+		return
+	}
+	r.gates.refresh(storeCtx, r.log, true) // stop postponing the resumed topics
+	r.moveBack(storeCtx, "a pause that ended meanwhile")
+}
+
+// sweepPaused moves back what no pause holds if a move back is owed: at
+// the relay's first heartbeat (a relay killed between a postponement and its
+// check, restarted, sees to it) and after a check that failed.
+func (r *Relay) sweepPaused(ctx context.Context) {
+	if r.gates.pauser == nil || !r.gates.sweepPending.Swap(false) {
+		return
+	}
+	storeCtx, cancel := r.storeCtx(ctx)
+	defer cancel()
+	r.moveBack(storeCtx, "a pause that ended before this relay could check")
+}
+
+// moveBack runs MoveBackUnpaused, and on failure owes a sweep.
+func (r *Relay) moveBack(ctx context.Context, why string) {
+	n, err := r.gates.pauser.MoveBackUnpaused(ctx)
+	switch {
+	case errors.Is(err, outboxdriver.ErrNotMigrated):
+	case err != nil:
+		r.gates.sweepPending.Store(true)
+		r.log.Warn("outbox relay: moving back messages postponed for "+why+" failed; it tries again at its next heartbeat (`outbox resume --topic T` moves them back too)", slog.Any("error", err))
+	case n > 0:
+		r.log.Info("outbox relay: moved back messages postponed for "+why, slog.Int("messages", n))
 	}
 }
 
@@ -168,10 +211,12 @@ func newTokenBucket(rate float64) *tokenBucket {
 	return &tokenBucket{rate: rate, tokens: max(rate, 1), at: time.Now()}
 }
 
-// take takes a token at now and returns 0, or, when there is none, how
-// long until there is one for a message that has ahead of it queued others
-// of its batch already refused (which take none: they are postponed, and
-// take their token when they come back).
+// take takes a token at now and returns 0, or, when it cannot, how long
+// until there is one for a message that has queued others of its batch
+// ahead of it that were refused (they take none: they are postponed, and
+// take their token when they come back). Once one message of a batch is
+// refused, the later ones of its topic are too, so they do not overtake
+// it, whatever another worker's refill left in the bucket since.
 func (b *tokenBucket) take(now time.Time, queued int) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -184,5 +229,8 @@ func (b *tokenBucket) take(now time.Time, queued int) time.Duration {
 		return 0
 	}
 	need := float64(queued) + 1 - b.tokens
+	if need <= 0 { // queued > 0: a refill since the refusal; stay behind it
+		need = float64(queued)
+	}
 	return time.Duration(need / b.rate * float64(time.Second))
 }

@@ -48,6 +48,7 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 	// its key was not (or must be taken as not) tried, and goes back
 	// without an attempt, due no sooner than the failed one.
 	failed := map[string]time.Duration{}
+	keyOrder := r.claimsInKeyOrder()
 	for i, err := range results {
 		m := &batch[i]
 		var outcome Outcome
@@ -106,7 +107,10 @@ func (r *Relay) publish(ctx context.Context, token uuid.UUID, batch []Message, c
 			settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: delay, Error: err.Error()})
 			notes.failed = append(notes.failed, failedAttempt(m, err, outboxdriver.AttemptRetried, outboxdriver.ClassRetryable))
 		}
-		if err != nil && outcome != OutcomeDead && !keyFailed {
+		// A message held back by the relay's own check (paused topic, rate
+		// limit) holds its key only in key order: without it, the key's
+		// other messages go on, and one that fails takes its own backoff.
+		if err != nil && outcome != OutcomeDead && !keyFailed && (keyOrder || !isAdmissionRefusal(err)) {
 			failed[m.Key] = lastDelay(&settle, m.ID)
 		}
 		r.cfg.Observer.Settled(ctx, r.store.Name(), m, outcome, err)

@@ -97,6 +97,7 @@ func (r *Relay) register(ctx context.Context, reg outboxdriver.RelayRegistry, id
 			}
 		}
 		r.addMinute(ctx, &minutes, now)
+		r.sweepPaused(ctx)
 		select {
 		case <-ctx.Done():
 			return

@@ -45,6 +45,12 @@ type TopicPauser interface {
 	// read of the small paused topics table, which relays make about
 	// every second while they work (PausedTopics counts messages).
 	PausedTopicNames(ctx context.Context) ([]string, error)
+	// PausedAmong returns which of topics are paused, after waiting for a
+	// pause or resume of any of them that is under way to commit (a
+	// resume's move back may have begun before a relay's postponement
+	// committed: the relay asks this after its settlement, and moves back
+	// what a resume it now sees missed).
+	PausedAmong(ctx context.Context, topics []string) ([]string, error)
 }
 
 // PausedTopic is a paused topic, as a store lists it.

@@ -2,6 +2,7 @@ package outboxpg
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -18,9 +19,14 @@ var _ outboxdriver.TopicPauser = (*Store)(nil)
 // address, which its lease holder settles by (see addressBook).
 
 // PauseTopic records the pause and moves the topic's due-range messages
-// out of it, in one statement (migration 9).
+// out of it (migration 9). Pauses and resumes of a table take turns (lockPaused).
 func (s *Store) PauseTopic(ctx context.Context, topic, by, reason string) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
+	var moved int
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.lockPaused(ctx, tx); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `
 WITH paused AS (
 	INSERT INTO `+s.names.qPaused+` (topic, paused_by, reason) VALUES ($1, $2, $3)
 	ON CONFLICT (topic) DO UPDATE SET paused_by = EXCLUDED.paused_by, reason = EXCLUDED.reason
@@ -30,42 +36,74 @@ WITH paused AS (
 		AND (locked_until IS NULL OR locked_until <= now())
 	FOR UPDATE SKIP LOCKED
 )
-UPDATE `+s.names.qTable+` SET available_at = available_at + $5::bigint * interval '1 microsecond'
+UPDATE `+s.names.qTable+` SET available_at = available_at + $5::bigint * interval '1 microsecond', lease_token = NULL, locked_until = NULL
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM moving))`,
-		topic, by, reason, outboxdriver.PausedFrom, outboxdriver.PauseShift.Microseconds())
+			topic, by, reason, outboxdriver.PausedFrom, outboxdriver.PauseShift.Microseconds())
+		moved = int(tag.RowsAffected())
+		return err
+	})
 	if err != nil {
 		return 0, s.pausedError("pause topic "+topic, err)
 	}
-	return int(tag.RowsAffected()), nil
+	return moved, nil
+}
+
+// lockPaused makes the pauses and resumes of the table take turns: a
+// resume's move back must see every other resume's delete, or two resumes
+// of topics that share a key would each leave a message the other topic
+// held. Relays' reads (plain, or FOR SHARE) do not wait for it.
+func (s *Store) lockPaused(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `LOCK TABLE `+s.names.qPaused+` IN SHARE ROW EXCLUSIVE MODE`)
+	return err
 }
 
 // moveBack is the statement that moves back the paused messages no paused
-// topic holds, the topic in $3 counting as not paused (it is being resumed
-// by the same statement, whose snapshot still has its row). It wakes the
-// relays listening on the table when it moved any.
-func (s *Store) moveBack(prefix string) string {
-	return prefix + ` moving AS MATERIALIZED (
-	SELECT o.ctid FROM ` + s.names.qTable + ` AS o
+// topic holds ($1 PausedFrom, $2 PauseShift in microseconds, $3 the
+// channel). It wakes the relays listening on the table when it moved any.
+const moveBackSQL = `
+WITH moving AS MATERIALIZED (
+	SELECT o.ctid FROM {t} AS o
 	WHERE o.status = 'pending' AND o.available_at >= $1
-		AND o.topic NOT IN (SELECT topic FROM ` + s.names.qPaused + ` WHERE topic <> $3)
-		AND NOT EXISTS (SELECT FROM ` + s.names.qTable + ` AS h
+		AND o.topic NOT IN (SELECT topic FROM {paused})
+		AND NOT EXISTS (SELECT FROM {t} AS h
 			WHERE o.key <> '' AND h.key = o.key AND h.status = 'pending' AND h.seq < o.seq AND h.available_at >= $1
-				AND h.topic IN (SELECT topic FROM ` + s.names.qPaused + ` WHERE topic <> $3))
+				AND h.topic IN (SELECT topic FROM {paused}))
 	FOR UPDATE OF o SKIP LOCKED
 ), moved AS (
-	UPDATE ` + s.names.qTable + ` SET available_at = available_at - $2::bigint * interval '1 microsecond'
+	UPDATE {t} SET available_at = available_at - $2::bigint * interval '1 microsecond'
 	WHERE ctid = ANY(ARRAY(SELECT ctid FROM moving))
 	RETURNING 1
 )
 SELECT c.n FROM (SELECT count(*) AS n FROM moved) AS c
-LEFT JOIN LATERAL (SELECT pg_notify($4, '') WHERE c.n > 0) AS woken ON true`
+LEFT JOIN LATERAL (SELECT pg_notify($3, '') WHERE c.n > 0) AS woken ON true`
+
+// moveBack runs moveBackSQL on q and returns how many it moved.
+func (s *Store) moveBack(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (int, error) {
+	var moved int
+	sql := strings.NewReplacer("{t}", s.names.qTable, "{paused}", s.names.qPaused).Replace(moveBackSQL)
+	err := q.QueryRow(ctx, sql, outboxdriver.PausedFrom, outboxdriver.PauseShift.Microseconds(), s.names.channel).Scan(&moved)
+	return moved, err
 }
 
-// ResumeTopic deletes the pause and moves back, in one statement.
+// ResumeTopic deletes the pause and then, in a statement of its own, moves
+// back: its snapshot includes every postponement that committed before the
+// delete did, and a relay whose postponement commits later waits for the
+// delete in PausedAmong and moves it back itself.
 func (s *Store) ResumeTopic(ctx context.Context, topic string) (int, error) {
 	var moved int
-	err := s.pool.QueryRow(ctx, s.moveBack(`WITH resumed AS (DELETE FROM `+s.names.qPaused+` WHERE topic = $3),`),
-		outboxdriver.PausedFrom, outboxdriver.PauseShift.Microseconds(), topic, s.names.channel).Scan(&moved)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.lockPaused(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM `+s.names.qPaused+` WHERE topic = $1`, topic); err != nil {
+			return err
+		}
+		var err error
+		moved, err = s.moveBack(ctx, tx)
+		return err
+	})
 	if err != nil {
 		return 0, s.pausedError("resume topic "+topic, err)
 	}
@@ -74,14 +112,25 @@ func (s *Store) ResumeTopic(ctx context.Context, topic string) (int, error) {
 
 // MoveBackUnpaused moves back the paused messages no paused topic holds.
 func (s *Store) MoveBackUnpaused(ctx context.Context) (int, error) {
-	// No topic is being resumed: $3 names none (a topic is never empty;
-	// NULL would not do, as "topic <> NULL" keeps no row).
-	var moved int
-	err := s.pool.QueryRow(ctx, s.moveBack(`WITH`), outboxdriver.PausedFrom, outboxdriver.PauseShift.Microseconds(), "", s.names.channel).Scan(&moved)
+	moved, err := s.moveBack(ctx, s.pool)
 	if err != nil {
 		return 0, s.pausedError("move back unpaused messages", err)
 	}
 	return moved, nil
+}
+
+// PausedAmong locks the paused rows of topics for share, so it waits for a
+// pause or resume of them under way, and returns the topics it found.
+func (s *Store) PausedAmong(ctx context.Context, topics []string) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT topic FROM `+s.names.qPaused+` WHERE topic = ANY($1) ORDER BY topic FOR SHARE`, topics)
+	if err != nil {
+		return nil, s.pausedError("read paused topics", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, s.pausedError("read paused topics", err)
+	}
+	return names, nil
 }
 
 // PausedTopics lists the paused topics and the topics with messages moved

@@ -3,6 +3,7 @@ package outboxsqlite
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"time"
 
 	"github.com/go-outbox/outbox/outboxdriver"
@@ -26,7 +27,7 @@ ON CONFLICT (topic) DO UPDATE SET paused_by = excluded.paused_by, reason = exclu
 			return err
 		}
 		res, err := c.ExecContext(ctx, `
-UPDATE `+s.set.qTable+` SET available_at = available_at + ?1
+UPDATE `+s.set.qTable+` SET available_at = available_at + ?1, lease_token = NULL, locked_until = NULL
 WHERE status = 'pending' AND topic = ?2 AND available_at < ?3 AND (locked_until IS NULL OR locked_until <= ?4)`,
 			outboxdriver.PauseShift.Microseconds(), topic, outboxdriver.PausedFrom.UnixMicro(), now)
 		if err != nil {
@@ -147,6 +148,22 @@ func (s *Store) PausedTopicNames(ctx context.Context) ([]string, error) {
 		return nil, s.pausedError("list paused topics", err)
 	}
 	return names, nil
+}
+
+// PausedAmong returns which of topics are paused. SQLite runs one write
+// transaction at a time, so no pause or resume is under way while it reads.
+func (s *Store) PausedAmong(ctx context.Context, topics []string) ([]string, error) {
+	names, err := s.PausedTopicNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var among []string
+	for _, name := range names {
+		if slices.Contains(topics, name) {
+			among = append(among, name)
+		}
+	}
+	return among, nil
 }
 
 // pausedError wraps err of an operation on the paused topics.

@@ -44,14 +44,19 @@ func pausedTopics(t *testing.T, p outboxdriver.TopicPauser) map[string]outboxdri
 }
 
 // postponeForPause settles claimed as a relay does a message of a paused
-// topic: a retry of PauseShift that counts no attempt.
-func (s *suite) postponeForPause(t *testing.T, token uuid.UUID, claimed ...outbox.Message) {
+// topic: a retry of PauseShift that counts no attempt; through the
+// key-ordered store if ordered.
+func (s *suite) postponeForPause(t *testing.T, ordered bool, token uuid.UUID, claimed ...outbox.Message) {
 	t.Helper()
 	settle := outboxdriver.Settlement{Token: token}
 	for _, m := range claimed {
 		settle.Retry = append(settle.Retry, outboxdriver.Retry{ID: m.ID, Delay: outboxdriver.PauseShift, Error: "topic paused", Unsent: true})
 	}
-	s.exchange(t, settle, outboxdriver.Claim{})
+	if ordered {
+		s.settleOrdered(t, settle)
+	} else {
+		s.exchange(t, settle, outboxdriver.Claim{})
+	}
 	if s.held() {
 		s.waitNoneInFlight(t)
 	}
@@ -89,7 +94,7 @@ func testPausedTopic(t *testing.T, s *suite) {
 	p4 := &outbox.Message{Topic: "mail", Key: "p4", Payload: []byte("4")}
 	s.write(t, p4)
 	token, claimed := s.claimIDs(t, 10, longLease, p4.ID)
-	s.postponeForPause(t, token, claimed...)
+	s.postponeForPause(t, false, token, claimed...)
 	if n := pausedTopics(t, p)["mail"].Messages; n != 4 {
 		t.Fatalf("after the relay postponed a new message of the paused topic, it lists %d messages; want 4", n)
 	}
@@ -122,7 +127,7 @@ func testPausedTopic(t *testing.T, s *suite) {
 	p5 := &outbox.Message{Topic: "mail", Key: "p5", Payload: []byte("5")}
 	s.write(t, p5)
 	token, claimed = s.claimIDs(t, 10, longLease, p5.ID)
-	s.postponeForPause(t, token, claimed...)
+	s.postponeForPause(t, false, token, claimed...)
 	if pt := pausedTopics(t, p)["mail"]; !pt.Resumed || pt.Messages != 1 {
 		t.Fatalf("a message postponed after the resume is listed as %+v; want mail, resumed, 1 message", pt)
 	}
@@ -168,7 +173,7 @@ func testPausedTopicKeyOrder(t *testing.T, s *suite) {
 	if _, err := p.PauseTopic(ctx, "mail", "alice", ""); err != nil {
 		t.Fatal(err)
 	}
-	s.postponeForPause(t, token, s.get(t, a.ID), s.get(t, b.ID))
+	s.postponeForPause(t, true, token, s.get(t, a.ID), s.get(t, b.ID))
 	if got := pausedTopics(t, p); got["mail"].Messages != 1 || !got["orders"].Resumed || got["orders"].Messages != 1 {
 		t.Fatalf("PausedTopics = %+v; want mail with 1 message, and orders (not paused) with the 1 held behind it", got)
 	}
@@ -181,7 +186,27 @@ func testPausedTopicKeyOrder(t *testing.T, s *suite) {
 	if n, err := p.ResumeTopic(ctx, "mail"); err != nil || n != 2 {
 		t.Fatalf("ResumeTopic(mail) = %d, %v; want a and b moved back", n, err)
 	}
-	s.orderedClaim(t, a, b)
+	token = s.orderedClaim(t, a, b)
+	s.settleOrdered(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{a.ID, b.ID}})
+
+	// The relay postpones only the head it claimed: the store moves the
+	// rest of the key, which it did not claim, behind it (as for any
+	// retry in key order), and the resume moves them back too.
+	h := &outbox.Message{Topic: "mail", Key: "n", Payload: []byte("h")}
+	f1 := &outbox.Message{Topic: "orders", Key: "n", Payload: []byte("f1")}
+	f2 := &outbox.Message{Topic: "invoices", Key: "n", Payload: []byte("f2")}
+	s.write(t, h, f1, f2)
+	token = s.orderedClaimN(t, 1, h)
+	s.postponeForPause(t, true, token, s.get(t, h.ID))
+	for _, f := range []*outbox.Message{f1, f2} {
+		if at := s.get(t, f.ID).AvailableAt; at.Before(outboxdriver.PausedFrom) {
+			t.Fatalf("message %s behind the postponed head is due at %v; want it moved behind the head, into the paused range", f.ID, at)
+		}
+	}
+	if n, err := p.ResumeTopic(ctx, "mail"); err != nil || n != 3 {
+		t.Fatalf("ResumeTopic(mail) = %d, %v; want the head and the 2 behind it moved back", n, err)
+	}
+	s.orderedClaim(t, h, f1, f2)
 }
 
 // sameIDs reports whether got and want hold the same ids, in any order.

@@ -23,8 +23,10 @@ func newPauseCommand(g *globalFlags) *cobra.Command {
 by ` + "`outbox paused`" + ` and ` + "`outbox status`" + `, until ` + "`outbox resume`" + `. The topic's pending messages are moved out of
 the relays' reach at once (their due time moves forward by about 250 years, so their schedule
 comes back with them); a message of the topic written later is moved the same way by the relay
-that meets it, which reads the paused topics every --pause-check-interval (1s): a relay may still
-publish such a message within that second. Messages being published when the pause came finish.
+that meets it, which reads the paused topics every --pause-check-interval (1s) and checks each batch
+against them before publishing it: a relay may still publish such a message within that second, and
+a batch checked before the pause goes on to its end. Messages being published when the pause came
+finish.
 In key order, the messages of a key behind a paused message wait with it, whatever their topic.
 Relays of releases before pausing existed leave the paused messages alone, but publish what is
 written after the pause.`,
@@ -101,7 +103,7 @@ func newPausedCommand(g *globalFlags) *cobra.Command {
 func printPaused(w io.Writer, list []outboxdriver.PausedTopic, now time.Time) {
 	for _, p := range list {
 		if p.Resumed {
-			fmt.Fprintf(w, "  %s: not paused, %d message(s) still held (behind a paused message of their key, or left by a relay): `outbox resume --topic %s` moves them back\n",
+			fmt.Fprintf(w, "  %s: not paused, %d message(s) still held: those behind a paused message of their key go when it is resumed; `outbox resume --topic %s` moves back any others (left by a relay)\n",
 				p.Topic, p.Messages, p.Topic)
 			continue
 		}

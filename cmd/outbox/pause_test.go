@@ -56,11 +56,18 @@ func testPause(t *testing.T, db processDB) {
 	if out := mustCLI(t, with("paused")...); !strings.Contains(out, "no topic is paused") {
 		t.Fatalf("paused after the resume printed %q", out)
 	}
+	got, err = db.store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 10, Lease: time.Minute, Token: uuid.New()})
+	if err != nil || len(got) != 2 || got[0].Topic != "mail" || got[1].Topic != "mail" {
+		t.Fatalf("a claim after the resume returned %v, %v; want the 2 mail messages", got, err)
+	}
 }
 
 func TestRelayRefusesABadRateLimit(t *testing.T) {
 	t.Parallel()
 	db := sqliteProcessDB(t)
+	if code, _, errOut := cli(t, append([]string{"relay", "--rate-limit", "mail=5", "--rate-limit", "mail=6", "--database-url", db.url}, db.args...)...); code != 2 || !strings.Contains(errOut, `topic "mail" is limited twice`) {
+		t.Errorf("relay with a topic limited twice: exit %d, %q; want a usage error naming the topic", code, errOut)
+	}
 	for _, v := range []string{"mail", "mail=0", "mail=-1", "=5", "mail=fast"} {
 		code, _, errOut := cli(t, append([]string{"relay", "--rate-limit", v, "--database-url", db.url}, db.args...)...)
 		if code != 2 || !strings.Contains(errOut, "--rate-limit") || !strings.Contains(errOut, v) {

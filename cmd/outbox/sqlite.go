@@ -285,6 +285,10 @@ func (d *sqliteDB) PausedTopicNames(ctx context.Context) ([]string, error) {
 	return withStore(ctx, d, func(s *outboxsqlite.Store) ([]string, error) { return s.PausedTopicNames(ctx) })
 }
 
+func (d *sqliteDB) PausedAmong(ctx context.Context, topics []string) ([]string, error) {
+	return withStore(ctx, d, func(s *outboxsqlite.Store) ([]string, error) { return s.PausedAmong(ctx, topics) })
+}
+
 func (d *sqliteDB) StuckKeys(ctx context.Context, olderThan time.Duration, limit int) ([]outboxdriver.StuckKey, int, error) {
 	s, err := d.get(ctx)
 	if err != nil {

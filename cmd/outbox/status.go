@@ -71,7 +71,7 @@ no registered relay published anything for as long.`,
 			hour.print(out)
 			stuck.print(out)
 			if len(paused) > 0 {
-				fmt.Fprintf(out, "paused topics   %d (their messages are pending, and no relay publishes them until `outbox resume`)\n", len(paused))
+				fmt.Fprintf(out, "paused topics   %d (their messages are pending, and no relay publishes them until `outbox resume`; see `outbox paused`)\n", len(paused))
 				printPaused(out, paused, time.Now())
 			}
 			relays.print(out)
