@@ -7,10 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,10 +35,6 @@ const envScreenshots = "OUTBOX_SCREENSHOTS"
 // POST without the page's token is refused.
 func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *testing.T) {
 	t.Parallel()
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("chromium is not installed (scripts/test installs it: apt-get install chromium): %v", err)
-	}
 	pool, schema := pgtest.Pool(t), pgtest.Schema(t)
 	db := []string{"--database-url", pgtest.URL(t), "--schema", schema}
 	mustCLI(t, append([]string{"migrate", "up"}, db...)...)
@@ -134,81 +127,30 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 		t.Fatalf("after a refused POST the message is %v, %v; want it still dead", m.Status, err)
 	}
 
-	browser := browserContext(t, chromium)
-	// Every message of the browser's console: the pages have no script, so
-	// an error there is a page the browser refused (CSP, a resource).
-	var (
-		consoleMu   sync.Mutex
-		consoleLogs []string
-	)
-	consoleCtx, stopConsole := context.WithCancel(browser)
-	messages := chromedp.Console(consoleCtx)
-	consoleDone := make(chan struct{})
-	go func() {
-		defer close(consoleDone)
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			consoleMu.Lock()
-			consoleLogs = append(consoleLogs, m.String()+" ("+m.URL+")")
-			consoleMu.Unlock()
-		}
-	}()
-	shots := map[string][]byte{}
-	step := func(what string, action chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(browser, action); err != nil {
-			t.Fatalf("browser, %s: %v; console log:\n%s", what, err, errOut.String())
-		}
-	}
-	read := func(what string, sel chromedp.CSS) string {
-		t.Helper()
-		// Text waits for the element: one the page lacks must fail the
-		// test, not hang it until the test binary's timeout.
-		ctx, cancel := context.WithTimeout(browser, 20*time.Second)
-		defer cancel()
-		text, err := chromedp.Run(ctx, chromedp.Text(sel))
-		if err != nil {
-			t.Fatalf("browser, read %s: %v; console log:\n%s", what, err, errOut.String())
-		}
-		return text
-	}
-	shoot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(browser, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("browser, screenshot %s: %v", name, err)
-		}
-		shots[name] = png
-	}
+	b := newBrowserSession(t, errOut.String)
 	row := chromedp.CSS("#m-" + dead.String())
-	step("open the overview", chromedp.Navigate(base+"/"))
-	deadCount := read("the dead count", "#dead")
-	deadBanner := read("the dead banner", "#banner-dead")
-	relays := read("the relays", "#relays")
-	charts := read("the charts", "#charts")
-	shoot("overview")
-	shootCharts, err := chromedp.Run(browser, chromedp.Screenshot(chromedp.CSS("#charts")))
-	if err != nil {
-		t.Fatalf("browser, screenshot the charts: %v", err)
-	}
-	shots["charts"] = shootCharts
-	step("open the dead letters", chromedp.Navigate(base+"/dead"))
-	groups := read("the groups", "#groups")
-	shoot("dead-letters")
-	step("filter the dead letters by topic", chromedp.Navigate(base+"/dead?topic=orders.placed"))
-	listed := read("the message's row", row)
-	step("open the message", chromedp.Navigate(base+"/dead/"+dead.String()))
-	payload := read("the payload", "#payload")
-	history := read("the history", "#history")
-	shoot("message")
-	step("open the inbox", chromedp.Navigate(base+"/inbox"))
-	consumer := read("the consumer's row", "#c-billing")
-	shoot("inbox")
-	step("open the parked message", chromedp.Navigate(base+"/inbox/parked/"+poison.ID.String()+"?consumer=billing"))
-	parkedError := read("the parked message's error", "#parked-error")
-	shoot("parked")
+	b.step("open the overview", chromedp.Navigate(base+"/"))
+	deadCount := b.read("the dead count", "#dead")
+	deadBanner := b.read("the dead banner", "#banner-dead")
+	relays := b.read("the relays", "#relays")
+	charts := b.read("the charts", "#charts")
+	b.shoot("overview")
+	b.shoot("charts", chromedp.CSS("#charts"))
+	b.step("open the dead letters", chromedp.Navigate(base+"/dead"))
+	groups := b.read("the groups", "#groups")
+	b.shoot("dead-letters")
+	b.step("filter the dead letters by topic", chromedp.Navigate(base+"/dead?topic=orders.placed"))
+	listed := b.read("the message's row", row)
+	b.step("open the message", chromedp.Navigate(base+"/dead/"+dead.String()))
+	payload := b.read("the payload", "#payload")
+	history := b.read("the history", "#history")
+	b.shoot("message")
+	b.step("open the inbox", chromedp.Navigate(base+"/inbox"))
+	consumer := b.read("the consumer's row", "#c-billing")
+	b.shoot("inbox")
+	b.step("open the parked message", chromedp.Navigate(base+"/inbox/parked/"+poison.ID.String()+"?consumer=billing"))
+	parkedError := b.read("the parked message's error", "#parked-error")
+	b.shoot("parked")
 	if !strings.Contains(deadBanner, "2 dead message") || !strings.Contains(relays, "GONE") || !strings.Contains(relays, "v1.4.0") {
 		t.Fatalf("overview: banner %q, relays %q; want the dead message warned of and a live and a gone relay", deadBanner, relays)
 	}
@@ -221,34 +163,23 @@ func TestConsoleInABrowserRetriesADeadMessageAndRefusesPostsWithoutToken(t *test
 	if !strings.Contains(consumer, "billing") || !strings.HasSuffix(strings.TrimSpace(consumer), "1") {
 		t.Fatalf("inbox row %q; want consumer billing with its parked message", consumer)
 	}
-	step("open the dead letters", chromedp.Navigate(base+"/dead"))
-	step("click Retry", chromedp.Click(chromedp.CSS("#m-"+dead.String()+" button.retry")))
-	step("wait for the result", chromedp.WaitVisible(chromedp.CSS("#flash")))
-	flash := read("the result", "#flash")
-	step("open the overview again", chromedp.Navigate(base+"/"))
-	pending := read("the pending count", "#pending")
+	b.step("open the dead letters", chromedp.Navigate(base+"/dead"))
+	b.step("click Retry", chromedp.Click(chromedp.CSS("#m-"+dead.String()+" button.retry")))
+	b.step("wait for the result", chromedp.WaitVisible(chromedp.CSS("#flash")))
+	flash := b.read("the result", "#flash")
+	b.step("open the overview again", chromedp.Navigate(base+"/"))
+	pending := b.read("the pending count", "#pending")
 	if deadCount != "2" || !strings.Contains(listed, "422: total must be positive") || !strings.Contains(payload, "\"total_cents\": 1250") {
 		t.Fatalf("pages showed dead %q, row %q, payload %q; want 2 dead, the error in the list and the indented JSON payload", deadCount, listed, payload)
 	}
 	if flash != "1 message(s) pending again" || pending != "1" {
 		t.Fatalf("after Retry: flash %q, pending %q; want the message pending again", flash, pending)
 	}
-	stopConsole()
-	<-consoleDone
-	if len(consoleLogs) > 0 {
-		t.Fatalf("the browser's console logged, for pages with no script:\n%s", strings.Join(consoleLogs, "\n"))
-	}
+	b.finish()
 	rec := relaytest.NewRecorder()
 	relaytest.StartRelay(t, store, rec, outbox.Config{PollInterval: 20 * time.Millisecond})
 	rec.WaitFor(t, 20*time.Second, "the retried message published", func() bool { return rec.Count(dead) == 1 })
 
-	if dir := os.Getenv(envScreenshots); dir != "" {
-		for name, png := range shots {
-			if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 }
 
 // browserContext starts headless Chromium for the test.
