@@ -27,8 +27,9 @@ func TestMigratorGoesUpListsAndGoesDownAgain(t *testing.T) {
 	if err := store.CheckSchema(t.Context()); !errors.Is(err, outbox.ErrNotMigrated) || !strings.Contains(err.Error(), "outbox migrate up") {
 		t.Fatalf("CheckSchema before Up: %v; want outbox.ErrNotMigrated naming `outbox migrate up`", err)
 	}
-	if got, err := m.Up(t.Context()); err != nil || !slices.Equal(got, []int{1}) {
-		t.Fatalf("Up = %v, %v; want [1]", got, err)
+	all := versions(m.Latest())
+	if got, err := m.Up(t.Context()); err != nil || !slices.Equal(got, all) {
+		t.Fatalf("Up = %v, %v; want %v", got, err, all)
 	}
 	if got, err := m.Up(t.Context()); err != nil || len(got) != 0 {
 		t.Fatalf("second Up = %v, %v; want nothing to do", got, err)
@@ -40,8 +41,10 @@ func TestMigratorGoesUpListsAndGoesDownAgain(t *testing.T) {
 	if err != nil || len(list) != m.Latest() || !list[0].Applied || list[0].AppliedAt.IsZero() || list[0].Name != "create_outbox" {
 		t.Fatalf("List = %+v, %v; want migration 1 applied", list, err)
 	}
-	if got, err := m.Down(t.Context(), 1); err != nil || !slices.Equal(got, []int{1}) {
-		t.Fatalf("Down(1) = %v, %v; want [1]", got, err)
+	down := slices.Clone(all)
+	slices.Reverse(down)
+	if got, err := m.Down(t.Context(), len(all)); err != nil || !slices.Equal(got, down) {
+		t.Fatalf("Down(%d) = %v, %v; want %v", len(all), got, err, down)
 	}
 	if err := store.CheckSchema(t.Context()); !errors.Is(err, outbox.ErrNotMigrated) {
 		t.Fatalf("CheckSchema after Down: %v; want outbox.ErrNotMigrated", err)
@@ -76,8 +79,8 @@ func TestConcurrentMigratorsApplyEachMigrationOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if !slices.Equal(applied, []int{1}) {
-		t.Fatalf("the migrators applied %v between them; want [1], once", applied)
+	if all := versions(latest(t)); !slices.Equal(applied, all) {
+		t.Fatalf("the migrators applied %v between them; want %v, each once", applied, all)
 	}
 }
 
@@ -123,4 +126,22 @@ func TestStatementsOfSplitsAtSemicolonsThatEndALineAndDropsCommentLines(t *testi
 	if !slices.Equal(got, want) {
 		t.Fatalf("StatementsOf = %q; want %q", got, want)
 	}
+}
+
+// versions returns 1 to n, the migrations of this release in order.
+func versions(n int) []int {
+	v := make([]int, n)
+	for i := range v {
+		v[i] = i + 1
+	}
+	return v
+}
+
+func latest(t *testing.T) int {
+	t.Helper()
+	m, err := outboxmysql.NewMigrator(nil, outboxmysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Latest()
 }

@@ -11,11 +11,11 @@ import (
 
 // schemaColumns are the columns the store uses: a table that lacks one is
 // at an older migration.
-const schemaColumns = messageColumns + ", seq, lease_token, locked_until"
+const schemaColumns = messageColumns + ", seq, lease_token, locked_until, overtaken"
 
 // requiredMigration is the newest migration that changes what the store
-// reads and writes.
-const requiredMigration = 1
+// reads and writes: 2, the key index and the overtaken count.
+const requiredMigration = 2
 
 // CheckSchema reports whether the table is ready for this release: it exists
 // with every column the store uses, and its migrations table, if a Migrator

@@ -1,0 +1,3 @@
+ALTER TABLE {{table}}
+	DROP KEY {{name:key_idx}},
+	DROP COLUMN overtaken;
