@@ -25,6 +25,27 @@ const (
 // Options configures a Store, a Writer's inserter or a Migrator. The zero
 // value uses the table "outbox" in the database the *sql.DB connects to.
 type Options struct {
+	// OrderByKey makes the Store's claims keep the order of messages that
+	// share a non-empty Key: a message is claimed only when no message of
+	// its key inserted before it (by seq, the AUTO_INCREMENT insert order)
+	// is still pending, or together with those before it as one run in a
+	// batch, in order. So a key's messages are published one after the
+	// other, and a message waiting for its retry holds back only the rest
+	// of its key. Messages without a key are claimed as usual. Set it on
+	// the Store of every relay of the table. A dead message holds the rest
+	// of its key until it is retried or discarded (Stats.BehindDead counts
+	// what waits), unless SkipDeadInKeyOrder is set. Needs migration 2.
+	// Default false.
+	OrderByKey bool
+	// SkipDeadInKeyOrder, with OrderByKey, lets a key go on past a dead
+	// message: its later messages are published while it waits in the
+	// dead letters, and retrying it later sends it after them (each dead
+	// message counts them, Message.Overtaken). Choose it where a key's
+	// messages do not depend on each other, and an undeliverable one must
+	// not stop its key. Default false: a dead message holds its key, so
+	// that no consumer applies a later message of the key (OrderCancelled)
+	// before it (OrderPaid).
+	SkipDeadInKeyOrder bool
 	// Table is the outbox table, in the *sql.DB's current database. It
 	// must match ^[a-z_][a-z0-9_]*$ and have at most MaxTableLength bytes.
 	// Default TableDefault ("outbox").
@@ -37,6 +58,9 @@ type settings struct {
 	table  string // validated, unquoted
 	qTable string // quoted table
 	qMigr  string // quoted <table>_migrations
+
+	orderByKey   bool
+	deadHoldsKey bool // in key order, unless SkipDeadInKeyOrder
 }
 
 // resolve applies defaults and validates o.
@@ -52,6 +76,9 @@ func (o Options) resolve() (settings, error) {
 		table:  table,
 		qTable: quote(table),
 		qMigr:  quote(table + "_migrations"),
+
+		orderByKey:   o.OrderByKey,
+		deadHoldsKey: o.OrderByKey && !o.SkipDeadInKeyOrder,
 	}, nil
 }
 
@@ -59,3 +86,7 @@ func (o Options) resolve() (settings, error) {
 // which MySQL and MariaDB take whatever the sql_mode (double quotes quote
 // identifiers only under ANSI_QUOTES).
 func quote(name string) string { return "`" + name + "`" }
+
+// skipsDead reports whether, in key order, the store lets a key go on past
+// a dead message, and so counts the messages that overtake it.
+func (s settings) skipsDead() bool { return s.orderByKey && !s.deadHoldsKey }
