@@ -51,15 +51,15 @@ func (s *Store) ListDead(ctx context.Context, after uuid.UUID, limit int) ([]out
 	return msgs, nil
 }
 
-// query reads messages for an operator: those whose headers do not decode
-// come back without them, to be inspected, not failed on.
+// query reads messages of messageColumns and overtaken for an operator:
+// those whose headers do not decode come back without them, to be
+// inspected, not failed on.
 func (s *Store) query(ctx context.Context, query string, args ...any) ([]outbox.Message, error) {
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
-	msgs, _, err := collectMessages(rows, 0)
-	return msgs, err
+	return collectListed(rows)
 }
 
 // RetryDead makes the given dead messages pending and due at once, with their

@@ -58,14 +58,17 @@ func newWriter(t *testing.T, in outbox.Inserter[*sql.Tx]) *outbox.Writer[*sql.Tx
 	return w
 }
 
-// harness writes through the Store's own transactions (RunInTx). Key order
-// is not implemented yet: KeyOrdered stays nil and the suite skips it.
+// harness writes through the Store's own transactions (RunInTx), and
+// claims in key order through Stores of the same table with OrderByKey,
+// with and without SkipDeadInKeyOrder.
 func harness(t *testing.T, store *outboxmysql.Store) storetest.Harness {
 	w := newWriter(t, store)
 	return storetest.Harness{
-		Admin: store,
-		Store: store,
-		Now:   func(ctx context.Context) (time.Time, error) { return outboxmysql.Now(ctx, store) },
+		Admin:                  store,
+		Store:                  store,
+		KeyOrdered:             keyOrdered(t, store, outboxmysql.Options{}),
+		KeyOrderedSkippingDead: keyOrdered(t, store, outboxmysql.Options{SkipDeadInKeyOrder: true}),
+		Now:                    func(ctx context.Context) (time.Time, error) { return outboxmysql.Now(ctx, store) },
 		Write: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
@@ -92,4 +95,16 @@ func rollback(err error) error {
 		return errors.New("the transaction committed; want it rolled back")
 	}
 	return err
+}
+
+// keyOrdered returns a Store of store's table that claims in key order,
+// with the rest of opts.
+func keyOrdered(t *testing.T, store *outboxmysql.Store, opts outboxmysql.Options) *outboxmysql.Store {
+	t.Helper()
+	opts.Table, opts.OrderByKey = store.Name(), true
+	s, err := outboxmysql.New(store.DB(), opts)
+	if err != nil {
+		t.Fatalf("new key-ordered store: %v", err)
+	}
+	return s
 }

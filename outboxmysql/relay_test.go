@@ -12,13 +12,14 @@ import (
 )
 
 // relayHarness migrates a table, with a name of its own, in a fresh
-// database. Key order is not implemented yet: KeyOrdered stays nil.
+// database, and claims in key order through a second Store of it.
 func relayHarness(t *testing.T) relaytest.Harness {
 	t.Helper()
 	store := newStore(t, outboxmysql.Options{Table: randomTable()})
 	w := newWriter(t, store)
 	return relaytest.Harness{
-		Store: store,
+		Store:      store,
+		KeyOrdered: keyOrdered(t, store, outboxmysql.Options{}),
 		Write: func(ctx context.Context, commit bool, msgs ...*outbox.Message) error {
 			err := store.RunInTx(ctx, func(tx *sql.Tx) error {
 				if err := w.Write(ctx, tx, msgs...); err != nil {

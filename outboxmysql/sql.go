@@ -26,8 +26,8 @@ type statements struct {
 	nextDue         string
 	purge           string // ?1 age µs, ?2 limit
 	stats           string
-	get             string // ?1 id
-	listDead        string // ?1 after, ?2 limit
+	get             string // ?1 id; returns messageColumns, overtaken
+	listDead        string // ?1 after, ?2 limit; returns messageColumns, overtaken
 	retryDead       string // ids
 	retryAll        string
 	discardDead     string // ids
@@ -101,8 +101,8 @@ SELECT
 	(SELECT COUNT(*) FROM {t} WHERE status = 'published' AND published_at > {now} - INTERVAL 1 MINUTE),
 	(SELECT COUNT(*) FROM (SELECT ` + "`key`" + `, MIN(seq) AS first_dead FROM {t} WHERE status = 'dead' AND ` + "`key`" + ` <> '' GROUP BY ` + "`key`" + `) AS d
 		JOIN {t} AS p ON p.` + "`key` = d.`key`" + ` AND p.status = 'pending' AND p.seq > d.first_dead)`),
-		get:      sql(`SELECT ` + messageColumns + ` FROM {t} WHERE id = ?`),
-		listDead: sql(`SELECT ` + messageColumns + ` FROM {t} WHERE status = 'dead' AND id > ? ORDER BY id LIMIT ?`),
+		get:      sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE id = ?`),
+		listDead: sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE status = 'dead' AND id > ? ORDER BY id LIMIT ?`),
 		retryDead: sql(`
 UPDATE {t} SET status = 'pending', attempts = 0, available_at = {now}, lease_token = NULL, locked_until = NULL
 WHERE status = 'dead' AND id IN (`),

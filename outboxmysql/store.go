@@ -20,9 +20,10 @@ import (
 // concurrent use, and any number of Stores, in any number of processes,
 // may share the table. Create the table with a Migrator first.
 type Store struct {
-	db    *sql.DB
-	set   settings
-	stmts statements
+	db     *sql.DB
+	set    settings
+	stmts  statements
+	kstmts keyStatements // key order only
 
 	purging atomic.Bool // a PurgePublished of this Store is running
 }
@@ -52,12 +53,12 @@ func New(db *sql.DB, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, set: set, stmts: newStatements(set)}, nil
+	return &Store{db: db, set: set, stmts: newStatements(set), kstmts: newKeyStatements(set)}, nil
 }
 
-// ClaimsInKeyOrder reports false: this release of the store claims by due
-// time only; see outboxdriver.KeyOrderClaimer.
-func (s *Store) ClaimsInKeyOrder() bool { return false }
+// ClaimsInKeyOrder reports whether the store's claims keep key order
+// (Options.OrderByKey); see outboxdriver.KeyOrderClaimer.
+func (s *Store) ClaimsInKeyOrder() bool { return s.set.orderByKey }
 
 // Name returns the table's name. Writers and relays of one process that
 // use the same name wake each other; give tables of different databases
@@ -78,7 +79,8 @@ func (s *Store) DB() *sql.DB { return s.db }
 // A claim with nothing to settle first asks, without a transaction, whether
 // any message is due: an idle relay that is woken needlessly only reads.
 //
-// Claimed messages come back ordered by due time, then id; their
+// Claimed messages come back ordered by due time, then id (in key order,
+// each key's run together, in insert order, see claimRuns); their
 // AvailableAt is the time they were due when claimed, which the lease
 // leaves as it was.
 func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim) ([]outbox.Message, error) {
@@ -96,8 +98,12 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		if claim.Limit == 0 {
 			return nil, nil
 		}
+		anyDue := s.stmts.anyDue
+		if s.set.orderByKey {
+			anyDue = s.kstmts.anyDue
+		}
 		var due bool
-		if err := s.db.QueryRowContext(ctx, s.stmts.anyDue).Scan(&due); err != nil {
+		if err := s.db.QueryRowContext(ctx, anyDue).Scan(&due); err != nil {
 			return nil, fail(err)
 		}
 		if !due {
@@ -124,11 +130,19 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 
 // claim reads and leases up to claim.Limit due messages in tx.
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, claim outboxdriver.Claim) ([]outbox.Message, error) {
-	rows, err := tx.QueryContext(ctx, s.stmts.claimSelect, claim.Limit)
-	if err != nil {
-		return nil, err
+	var (
+		msgs        []outbox.Message
+		undecodable []outboxdriver.Failure
+		err         error
+	)
+	if s.set.orderByKey {
+		msgs, undecodable, err = s.claimRuns(ctx, tx, claim.Limit)
+	} else {
+		var rows *sql.Rows
+		if rows, err = tx.QueryContext(ctx, s.stmts.claimSelect, claim.Limit); err == nil {
+			msgs, undecodable, err = collectMessages(rows, claim.Limit)
+		}
 	}
-	msgs, undecodable, err := collectMessages(rows, claim.Limit)
 	if err != nil || len(msgs) == 0 {
 		return nil, err
 	}
@@ -152,6 +166,16 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, claim outboxdriver.Claim)
 	// No publisher could send these rows and retrying cannot change them:
 	// they go to the dead letters with the reason, in the same
 	// transaction, instead of failing every claim that meets them.
+	if s.set.deadHoldsKey {
+		// In key order their keys' later messages wait behind them (spec
+		// §8): handed back untried.
+		var held []uuid.UUID
+		msgs, held = outboxdriver.HoldBehindFailures(msgs, undecodable)
+		if err := s.settle(ctx, tx, outboxdriver.Settlement{Token: claim.Token, Dead: undecodable, Release: held}); err != nil {
+			return nil, err
+		}
+		return msgs, nil
+	}
 	msgs = slices.DeleteFunc(msgs, func(m outbox.Message) bool {
 		return slices.ContainsFunc(undecodable, func(f outboxdriver.Failure) bool { return f.ID == m.ID })
 	})
@@ -162,12 +186,16 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, claim outboxdriver.Claim)
 }
 
 // settle runs one statement per non-empty outcome kind of st, in the
-// settlement order of the other stores: published, release, retry, dead.
-// Each finds its rows by primary key and applies only to rows still leased
-// to st.Token.
+// settlement order of docs/design/key-order-claim.md §7, as the other
+// stores do: published, release, retry and postponeHeld, dead. Each finds
+// its rows by primary key and applies only to rows still leased to
+// st.Token.
 func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settlement) error {
 	token := st.Token[:]
 	if len(st.Published) > 0 {
+		if err := s.countOvertaken(ctx, tx, token, st.Published); err != nil {
+			return err
+		}
 		stmt := s.stmts.settlePublished
 		if st.KeepPublished {
 			stmt = s.stmts.settleKept
@@ -177,11 +205,24 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settleme
 		}
 	}
 	if len(st.Release) > 0 {
+		// Before postponeHeld, so that the rest of a retried head's run
+		// is free when it moves (spec §7).
 		if _, err := tx.ExecContext(ctx, idList(s.stmts.release, len(st.Release)), append([]any{token}, idArgs(st.Release)...)...); err != nil {
 			return err
 		}
 	}
 	if n := len(st.Retry); n > 0 {
+		var retried []uuid.UUID
+		if s.set.orderByKey {
+			ids := make([]uuid.UUID, n)
+			for i, r := range st.Retry {
+				ids[i] = r.ID
+			}
+			var err error
+			if retried, err = s.retriedHeads(ctx, tx, token, ids); err != nil {
+				return err
+			}
+		}
 		args := make([]any, 0, 7*n+1)
 		for _, r := range st.Retry {
 			args = append(args, r.ID[:], r.Counted())
@@ -198,6 +239,11 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settleme
 		}
 		if _, err := tx.ExecContext(ctx, retrySQL(s.set, n), args...); err != nil {
 			return err
+		}
+		if len(retried) > 0 {
+			if _, err := tx.ExecContext(ctx, idList(s.kstmts.postponeHeld, len(retried)), idArgs(retried)...); err != nil {
+				return err
+			}
 		}
 	}
 	if n := len(st.Dead); n > 0 {
@@ -232,9 +278,16 @@ func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) e
 // NextDue returns how long until the earliest pending message is due by the
 // database's clock, leased ones included (they are due when their lease
 // ends). It is one read-only query on the leased index that locks nothing.
+// In key order only a head is due: the query looks for one among the
+// first KeyWindow due rows, and answers "due now" if that window is full
+// (docs/design/key-order-claim.md §9).
 func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
+	nextDue := s.stmts.nextDue
+	if s.set.orderByKey {
+		nextDue = s.kstmts.nextDue
+	}
 	var next sql.NullInt64
-	if err := s.db.QueryRowContext(ctx, s.stmts.nextDue).Scan(&next); err != nil {
+	if err := s.db.QueryRowContext(ctx, nextDue).Scan(&next); err != nil {
 		return 0, false, fmt.Errorf("outboxmysql: find next due message in %s: %w", s.Name(), err)
 	}
 	if !next.Valid {
