@@ -32,6 +32,21 @@
 // too (no DELETE ... RETURNING, no JSON tables, backtick-quoted names), but
 // MySQL 8 has not been tested.
 //
-// This release claims by due time only: key order (OrderByKey), the inbox
-// and the relay's side tables come with later migrations.
+// # Tables beside the outbox table
+//
+// Migrations 3 to 6 add, as outboxpg's do, the relay registry
+// (<table>_relays), the history of failed attempts (<table>_attempts), the
+// paused topics (<table>_paused) and the per-minute rollup
+// (<table>_minutes); the Store implements the outboxdriver interfaces that
+// use them, and Replayer and StuckKeyFinder on the outbox table itself. On a
+// table migrated before them, their methods return an error wrapping
+// outboxdriver.ErrNotMigrated that names the fix. Pauses and resumes of a
+// table take turns under a named lock (GET_LOCK); a relay's check of the
+// paused topics after a postponement reads them with LOCK IN SHARE MODE,
+// which waits for a pause or resume of them under way. A replay leaves out
+// messages whose expiry header, in the form the writer stores (RFC 3339 in
+// UTC), has passed; any other form is replayed and dead-lettered by the
+// relay if it has expired.
+//
+// The inbox comes with a later migration.
 package outboxmysql

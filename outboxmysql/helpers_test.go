@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/mysqltest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxmysql"
 	"github.com/go-outbox/outbox/storetest"
 )
@@ -82,6 +83,16 @@ func harness(t *testing.T, store *outboxmysql.Store) storetest.Harness {
 		},
 		SetStoredHeaders: func(ctx context.Context, id uuid.UUID, raw string) error {
 			_, err := store.DB().ExecContext(ctx, "UPDATE `"+store.Name()+"` SET headers = ? WHERE id = ?", raw, id[:])
+			return err
+		},
+		SetMinute: func(ctx context.Context, m outboxdriver.Minute) error {
+			var pending, oldestMS sql.NullInt64
+			if m.Sampled {
+				pending = sql.NullInt64{Int64: m.Pending, Valid: true}
+				oldestMS = sql.NullInt64{Int64: m.OldestPending.Milliseconds(), Valid: true}
+			}
+			_, err := store.DB().ExecContext(ctx, "INSERT INTO `"+store.Name()+"_minutes` (minute, published, failed, pending, oldest_ms) VALUES (?, ?, ?, ?, ?)",
+				m.Start.UTC().Format(time.DateTime), m.Published, m.Failed, pending, oldestMS)
 			return err
 		},
 	}

@@ -38,7 +38,8 @@ var embedded = migrations.MustLoad(migrationFiles, "outboxmysql")
 // substitute fills a migration's placeholders with quoted identifiers built
 // from validated names.
 func substitute(sql string, s settings) string {
-	return migrations.Substitute(sql, map[string]string{"table": s.qTable}, s.table, quote)
+	return migrations.Substitute(sql, map[string]string{"table": s.qTable,
+		"relays": s.side(sideRelays), "attempts": s.side(sideAttempts), "paused": s.side(sidePaused), "minutes": s.side(sideMinutes)}, s.table, quote)
 }
 
 // statementsOf splits a migration's SQL into its statements, for a *sql.DB
