@@ -20,6 +20,9 @@ const consoleReplayLimit = replayLimitDefault
 type replayForm struct {
 	Topic, Key, Since, Until, IDs string
 	All                           bool
+	// timesFixed: Since and Until are the window the count fixed (the
+	// confirmation's form), which bound "every kept message" too.
+	timesFixed bool
 }
 
 func replayFormOf(v url.Values) replayForm {
@@ -29,7 +32,7 @@ func replayFormOf(v url.Values) replayForm {
 
 // filter is the form's choice checked as `outbox replay` checks its flags.
 func (f replayForm) filter(now time.Time) (outboxdriver.ReplayFilter, error) {
-	return replayChoice{ids: strings.Fields(strings.ReplaceAll(f.IDs, ",", " ")), topic: f.Topic, key: f.Key, since: f.Since, until: f.Until, all: f.All}.filter(now)
+	return replayChoice{ids: strings.Fields(strings.ReplaceAll(f.IDs, ",", " ")), topic: f.Topic, key: f.Key, since: f.Since, until: f.Until, all: f.All, timesFixed: f.timesFixed}.filter(now)
 }
 
 // replayPage shows the Replay form and, once asked to count (a dry run, as
@@ -93,6 +96,7 @@ func (c *console) replayPage(w http.ResponseWriter, r *http.Request) {
 // consoleReplayLimit as `outbox replay` does.
 func (c *console) replay(w http.ResponseWriter, r *http.Request, line *auditLine) {
 	form := replayFormOf(r.PostForm)
+	form.timesFixed = true
 	counted, err := strconv.Atoi(r.PostForm.Get("counted"))
 	line.add(slog.String("topic", form.Topic), slog.String("key", form.Key), slog.String("since", form.Since), slog.String("until", form.Until),
 		slog.Int("ids", len(strings.Fields(strings.ReplaceAll(form.IDs, ",", " ")))), slog.Bool("all", form.All), slog.Int("counted", counted))

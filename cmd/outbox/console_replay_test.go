@@ -122,6 +122,19 @@ func testConsoleReplay(t *testing.T, db processDB) {
 	if got, err := db.store.Get(ctx, msgs[2].ID); err != nil || got.Status != outbox.StatusPublished {
 		t.Fatalf("the invoice %s, not chosen: %v, %v; want still published", msgs[2].ID, got.Status, err)
 	}
+	// Every kept message: the count fixes its window, which the
+	// confirmation carries and the replay keeps to.
+	page = get(t, base+"/replay?count=1&all=1")
+	form = confirmForm.FindString(page)
+	if !strings.Contains(page, "<strong>1</strong> published message(s) match") || form == "" {
+		t.Fatalf("the count of every kept message: %q; want the 1 invoice and a confirmation form", page)
+	}
+	if code, page := fetch(t, http.MethodPost, base+"/replay/confirm", formValues(form)); code != http.StatusSeeOther {
+		t.Fatalf("the replay of every kept message: %d %q; want 303 back to the Replay page", code, page)
+	}
+	if got, err := db.store.Get(ctx, msgs[2].ID); err != nil || got.Status != outbox.StatusPending {
+		t.Fatalf("the invoice %s after replaying every kept message: %v, %v; want pending", msgs[2].ID, got.Status, err)
+	}
 	audit := regexp.MustCompile(`outbox console: audit.*action=replay .*outcome=done.*`).FindString(log.String())
 	for _, want := range []string{"user=anonymous", "topic=orders", "counted=2", "changed=2"} {
 		if !strings.Contains(audit, want) {

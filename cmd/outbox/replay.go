@@ -93,6 +93,9 @@ type replayChoice struct {
 	ids                      []string
 	key, since, topic, until string
 	all                      bool
+	// timesFixed says since and until are the window a count fixed (the
+	// console's confirmation), not a choice: with all, they only bound it.
+	timesFixed bool
 }
 
 // filter checks the choice and returns its filter, the times said as ago
@@ -113,7 +116,7 @@ func (c replayChoice) filter(now time.Time) (outboxdriver.ReplayFilter, error) {
 	if f.WrittenBefore, err = timeOrAgo("--until", c.until, now); err != nil {
 		return f, err
 	}
-	chosen := len(f.IDs) > 0 || f.Topic != "" || f.Key != "" || c.since != "" || c.until != ""
+	chosen := len(f.IDs) > 0 || f.Topic != "" || f.Key != "" || (!c.timesFixed && (c.since != "" || c.until != ""))
 	switch {
 	case !chosen && !c.all:
 		return f, usagef("choose the messages to replay (ids, --topic, --key, --since, --until), or give --all for every kept message")
