@@ -48,5 +48,13 @@
 // UTC), has passed; any other form is replayed and dead-lettered by the
 // relay if it has expired.
 //
-// The inbox comes with a later migration.
+// # Inbox
+//
+// InboxTable is outbox.Inbox's table of processed message ids
+// (processed_messages, created by its Migrate), with the messages each
+// handling wrote to outbox tables of the database in
+// processed_messages_outgoing until they are published, so that a record
+// outlives them and a duplicate delivery publishes those left pending
+// (Store.ClaimIDs, for Relay.PublishNow). It keeps no parked messages yet
+// (outbox.ParkStore).
 package outboxmysql
