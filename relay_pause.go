@@ -26,9 +26,12 @@ import (
 //
 // A relay that had not yet seen a resume may postpone a message after the
 // resume moved the topic's messages back: after each settlement that
-// carried postponements for a pause, it reads the paused topics again and,
-// if one of them is no longer paused, moves back what no pause holds. A
-// resume that commits after that read moves the message back itself.
+// carried postponements for a pause, it asks which of their topics are
+// still paused (PausedAmong) and, if one is not, moves back what no pause
+// holds. A resume that has not begun by then moves the message back
+// itself; one under way makes the check wait for a later heartbeat. Every
+// sweepBeats heartbeats, and at its first, a relay moves back what no pause
+// holds unasked, for checks lost with a relay that stopped.
 
 // topicGates are the relay's checks of a message's topic before it is
 // published: paused, or over its rate limit.
@@ -40,9 +43,13 @@ type topicGates struct {
 	paused    map[string]bool
 	checkedAt time.Time
 	warned    bool // the paused topics could not be read, and it was logged
-	// sweepPending says a move back of what no pause holds is owed
-	// (sweepPaused).
-	sweepPending atomic.Bool
+	// owed are the topics whose check after a postponement is owed
+	// (afterPauseSettled, sweepPaused).
+	owed map[string]bool
+	// checkWarned says a failed check was logged; beats counts heartbeats
+	// for sweepPaused.
+	checkWarned atomic.Bool
+	beats       atomic.Int64
 
 	limits map[string]*tokenBucket // by topic; fixed after NewRelay
 }
@@ -50,7 +57,6 @@ type topicGates struct {
 func newTopicGates(store outboxdriver.Store, cfg Config) *topicGates {
 	g := &topicGates{interval: cfg.PauseCheckInterval, limits: map[string]*tokenBucket{}}
 	g.pauser, _ = store.(outboxdriver.TopicPauser)
-	g.sweepPending.Store(true)
 	for topic, rate := range cfg.TopicRateLimits {
 		g.limits[topic] = newTokenBucket(rate)
 	}
@@ -147,54 +153,96 @@ func (g *topicGates) admitter(paused map[string]bool) func(m *Message) error {
 
 // afterPauseSettled runs after a settlement that postponed messages of
 // topics for a pause has been recorded: it asks the store which of those
-// topics are still paused, waiting for a resume under way to commit
-// (TopicPauser.PausedAmong), and if one is not, the resume may have moved
-// its messages back before this settlement moved some of them out again: the
-// relay moves back what no pause holds. If the relay cannot (or dies first),
-// a sweep does it later (sweepPaused).
+// topics are still paused (TopicPauser.PausedAmong), and if one is not, the
+// resume may have moved its messages back before this settlement moved some
+// of them out again: the relay moves back what no pause holds. While a
+// pause or resume of them is under way, or if the store cannot answer, the
+// check is owed and made again at each heartbeat (sweepPaused), so no
+// worker waits for a resume.
 func (r *Relay) afterPauseSettled(ctx context.Context, topics map[string]bool) {
 	if len(topics) == 0 || r.gates.pauser == nil {
 		return
 	}
 	storeCtx, cancel := r.storeCtx(ctx)
 	defer cancel()
+	r.checkResumed(storeCtx, topics)
+}
+
+// checkResumed makes the check of afterPauseSettled for topics, and owes it
+// again if it cannot be made now.
+func (r *Relay) checkResumed(ctx context.Context, topics map[string]bool) {
 	names := slices.Sorted(maps.Keys(topics))
-	still, err := r.gates.pauser.PausedAmong(storeCtx, names)
+	still, err := r.gates.pauser.PausedAmong(ctx, names)
 	if err != nil {
-		r.gates.sweepPending.Store(true)
-		r.log.Warn("outbox relay: cannot read whether the topics it postponed for a pause are still paused; it will move back what no pause holds at its next heartbeat", slog.Any("error", err))
+		r.gates.owe(topics)
+		if !errors.Is(err, outboxdriver.ErrPauseChanging) && !r.gates.checkWarned.Swap(true) {
+			r.log.Warn("outbox relay: cannot read whether the topics it postponed for a pause are still paused; it asks again at each heartbeat, then moves back what no pause holds (relays need UPDATE on the paused topics table)", slog.Any("error", err))
+		}
 		return
 	}
+	r.gates.checkWarned.Store(false)
 	if len(still) == len(names) {
 		return
 	}
-	r.gates.refresh(storeCtx, r.log, true) // stop postponing the resumed topics
-	r.moveBack(storeCtx, "a pause that ended meanwhile")
+	r.gates.refresh(ctx, r.log, true) // stop postponing the resumed topics
+	if !r.moveBack(ctx, "a pause that ended meanwhile") {
+		r.gates.owe(topics)
+	}
 }
 
-// sweepPaused moves back what no pause holds if a move back is owed: at
-// the relay's first heartbeat (a relay killed between a postponement and its
-// check, restarted, sees to it) and after a check that failed.
+// sweepBeats is how many heartbeats apart a relay moves back, unasked, what
+// no pause holds: a postponement whose check was lost (the relay stopped or
+// died between its settlement and its check) is moved back by the next
+// relay to start, or by a running one within this many beats.
+const sweepBeats = 30
+
+// sweepPaused runs at each heartbeat: it makes the checks owed, and moves
+// back what no pause holds at the relay's first beat and every sweepBeats.
 func (r *Relay) sweepPaused(ctx context.Context) {
-	if r.gates.pauser == nil || !r.gates.sweepPending.Swap(false) {
+	if r.gates.pauser == nil {
 		return
 	}
 	storeCtx, cancel := r.storeCtx(ctx)
 	defer cancel()
-	r.moveBack(storeCtx, "a pause that ended before this relay could check")
+	if owed := r.gates.takeOwed(); len(owed) > 0 {
+		r.checkResumed(storeCtx, owed)
+	}
+	if r.gates.beats.Add(1)%sweepBeats == 1 {
+		r.moveBack(storeCtx, "a pause that ended before a relay could check")
+	}
 }
 
-// moveBack runs MoveBackUnpaused, and on failure owes a sweep.
-func (r *Relay) moveBack(ctx context.Context, why string) {
+// moveBack runs MoveBackUnpaused and reports whether it succeeded.
+func (r *Relay) moveBack(ctx context.Context, why string) bool {
 	n, err := r.gates.pauser.MoveBackUnpaused(ctx)
 	switch {
 	case errors.Is(err, outboxdriver.ErrNotMigrated):
 	case err != nil:
-		r.gates.sweepPending.Store(true)
-		r.log.Warn("outbox relay: moving back messages postponed for "+why+" failed; it tries again at its next heartbeat (`outbox resume --topic T` moves them back too)", slog.Any("error", err))
+		r.log.Warn("outbox relay: moving back messages postponed for "+why+" failed; it tries again at a later heartbeat (`outbox resume --topic T` moves them back too)", slog.Any("error", err))
+		return false
 	case n > 0:
 		r.log.Info("outbox relay: moved back messages postponed for "+why, slog.Int("messages", n))
 	}
+	return true
+}
+
+// owe records that the check of afterPauseSettled is owed for topics.
+func (g *topicGates) owe(topics map[string]bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.owed == nil {
+		g.owed = map[string]bool{}
+	}
+	maps.Copy(g.owed, topics)
+}
+
+// takeOwed returns the topics whose check is owed, and owes none.
+func (g *topicGates) takeOwed() map[string]bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	owed := g.owed
+	g.owed = nil
+	return owed
 }
 
 // tokenBucket is a topic's rate limit in one relay: rate tokens a second,

@@ -2,6 +2,7 @@ package outboxdriver
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -45,13 +46,19 @@ type TopicPauser interface {
 	// read of the small paused topics table, which relays make about
 	// every second while they work (PausedTopics counts messages).
 	PausedTopicNames(ctx context.Context) ([]string, error)
-	// PausedAmong returns which of topics are paused, after waiting for a
-	// pause or resume of any of them that is under way to commit (a
-	// resume's move back may have begun before a relay's postponement
-	// committed: the relay asks this after its settlement, and moves back
-	// what a resume it now sees missed).
+	// PausedAmong returns which of topics are paused. If a pause or resume
+	// of one of them is under way, it returns an error wrapping
+	// ErrPauseChanging at once instead of waiting. A relay asks it after a
+	// settlement that postponed messages for a pause (a resume's move back
+	// may have begun before the settlement committed), and moves back what
+	// a resume it now sees missed; while a change is under way, it asks
+	// again at its next heartbeat.
 	PausedAmong(ctx context.Context, topics []string) ([]string, error)
 }
+
+// ErrPauseChanging is returned by TopicPauser.PausedAmong while a pause or
+// resume of one of its topics is under way.
+var ErrPauseChanging = errors.New("outboxdriver: a pause or resume of the topic is under way")
 
 // PausedTopic is a paused topic, as a store lists it.
 type PausedTopic struct {

@@ -2,9 +2,12 @@ package outboxpg
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/go-outbox/outbox/outboxdriver"
@@ -119,18 +122,23 @@ func (s *Store) MoveBackUnpaused(ctx context.Context) (int, error) {
 	return moved, nil
 }
 
-// PausedAmong locks the paused rows of topics for share, so it waits for a
-// pause or resume of them under way, and returns the topics it found.
+// PausedAmong locks the paused rows of topics for share, without waiting:
+// a resume under way holds its row (its delete) until it has moved back, and
+// a pause its row until it has moved the topic out, so a row it cannot lock
+// is a change under way (ErrPauseChanging). A relay needs UPDATE on the
+// table to lock for share.
 func (s *Store) PausedAmong(ctx context.Context, topics []string) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT topic FROM `+s.names.qPaused+` WHERE topic = ANY($1) ORDER BY topic FOR SHARE`, topics)
-	if err != nil {
-		return nil, s.pausedError("read paused topics", err)
+	rows, err := s.pool.Query(ctx, `SELECT topic FROM `+s.names.qPaused+` WHERE topic = ANY($1) ORDER BY topic FOR SHARE NOWAIT`, topics)
+	if err == nil {
+		var names []string
+		if names, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+			return names, nil
+		}
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, s.pausedError("read paused topics", err)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+		return nil, fmt.Errorf("outboxpg: read paused topics in %s: %w", s.names.qPaused, outboxdriver.ErrPauseChanging)
 	}
-	return names, nil
+	return nil, s.pausedError("read paused topics", err)
 }
 
 // PausedTopics lists the paused topics and the topics with messages moved
