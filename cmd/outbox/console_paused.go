@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/outboxdriver"
 )
 
@@ -87,10 +88,13 @@ func (c *console) pausedPage(w http.ResponseWriter, r *http.Request) {
 // moved out of the relays' reach.
 func (c *console) pauseTopic(w http.ResponseWriter, r *http.Request, line *auditLine) {
 	topic, reason := strings.TrimSpace(r.PostForm.Get("topic")), strings.TrimSpace(r.PostForm.Get("reason"))
-	line.add(slog.String("topic", topic), slog.String("reason", oneLine(reason, consolePauseReason)))
+	line.add(slog.String("topic", oneLine(topic, outbox.MaxTopicLength)), slog.String("reason", oneLine(reason, consolePauseReason)))
 	switch {
 	case topic == "":
 		http.Error(w, "topic: name the topic to pause", http.StatusBadRequest)
+		return
+	case len(topic) > outbox.MaxTopicLength:
+		http.Error(w, fmt.Sprintf("topic: at most %d bytes, as a message's topic (this one has %d)", outbox.MaxTopicLength, len(topic)), http.StatusBadRequest)
 		return
 	case len(reason) > consolePauseReason:
 		http.Error(w, fmt.Sprintf("reason: at most %d bytes (this one has %d)", consolePauseReason, len(reason)), http.StatusBadRequest)
@@ -105,7 +109,7 @@ func (c *console) pauseTopic(w http.ResponseWriter, r *http.Request, line *audit
 // paused message no paused topic holds any more, are due again.
 func (c *console) resumeTopic(w http.ResponseWriter, r *http.Request, line *auditLine) {
 	topic := strings.TrimSpace(r.PostForm.Get("topic"))
-	line.add(slog.String("topic", topic))
+	line.add(slog.String("topic", oneLine(topic, outbox.MaxTopicLength)))
 	if topic == "" {
 		http.Error(w, "topic: name the topic to resume", http.StatusBadRequest)
 		return
