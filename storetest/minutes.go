@@ -11,6 +11,7 @@ import (
 func init() {
 	cases = append(cases,
 		testCase{"the per-minute rollup sums every relay's adds in the minute's row, samples the backlog once per minute, lists the span oldest first and deletes rows past MinutesKept when a minute begins", testMinuteRollup},
+		testCase{"the per-minute rollup's sample counts the pending messages and the age of the oldest", testMinuteRollupSample},
 	)
 }
 
@@ -120,6 +121,31 @@ func testMinuteRollup(t *testing.T, s *suite) {
 		if r := list[0]; r.Published != recent.Published || r.Failed != recent.Failed || !r.Sampled || r.Pending != recent.Pending || r.OldestPending != recent.OldestPending {
 			t.Fatalf("the row of 30 minutes ago reads %+v; want it as written, %+v", r, recent)
 		}
+	}
+}
+
+func testMinuteRollupSample(t *testing.T, s *suite) {
+	rollup, ok := s.h.Store.(outboxdriver.MinuteRollup)
+	if !ok {
+		t.Skip("the store keeps no per-minute rollup (outboxdriver.MinuteRollup)")
+	}
+	ctx := t.Context()
+	hourAgo := s.now(t).Add(-time.Hour)
+	msgs := newMessages("orders.sampled", 2)
+	for _, m := range msgs {
+		m.CreatedAt, m.AvailableAt = hourAgo, hourAgo
+	}
+	s.write(t, msgs...)
+	if err := rollup.AddMinute(ctx, 0, 0); err != nil {
+		t.Fatalf("AddMinute: %v", err)
+	}
+	list, _, err := rollup.Minutes(ctx, time.Hour)
+	if err != nil || len(list) == 0 {
+		t.Fatalf("Minutes(1h) = %v, %v; want this minute's row", list, err)
+	}
+	cur := list[len(list)-1]
+	if !cur.Sampled || cur.Pending != 2 || cur.OldestPending < time.Hour-time.Minute || cur.OldestPending > time.Hour+waitTimeout {
+		t.Fatalf("the sample: sampled %v, pending %d, oldest %v; want 2 pending, the oldest written an hour ago", cur.Sampled, cur.Pending, cur.OldestPending)
 	}
 }
 
