@@ -26,6 +26,24 @@
 // (errors 1213 and 1205) in a claim or a settlement runs its transaction
 // again; the relay never sees it as a failed publish.
 //
+// # Key order
+//
+// With Options.OrderByKey a claim takes only the head of each key (its
+// pending message with the least seq, the AUTO_INCREMENT insert order) and
+// the run of due messages after it, by the steps of
+// docs/design/key-order-claim.md. MySQL has no data-modifying CTEs, so the
+// steps run as statements of one READ COMMITTED transaction, as
+// outboxsqlite's do: one read of the due heads (the walk of the key index,
+// a loose index scan, and the oldest and newest due rows), a locking read
+// of the heads (FOR UPDATE SKIP LOCKED, rechecking that each is still due
+// and not leased), one read of the runs of every head it locked, a locking
+// read of the runs, cut at the first message it could not lock, and the
+// lease. Claims side by side pass over each other's heads and never wait
+// for a row lock; a deadlock with a settlement runs the transaction again.
+// A dead message holds the rest of its key unless
+// Options.SkipDeadInKeyOrder, which counts on each dead message the later
+// messages of its key published past it (Message.Overtaken, migration 2).
+//
 // # Servers
 //
 // The tests run on MariaDB 10.11. The SQL keeps to what MySQL 8.0 accepts
