@@ -126,7 +126,7 @@ func TestCLIErrorsAreOneLineWithTheFixAndNoPassword(t *testing.T) {
 		contains string
 	}{
 		{"no database", []string{"status"}, 2, "pass --database-url or set DATABASE_URL"},
-		{"unknown scheme", []string{"status", "--database-url", "mysql://u:pw@h/db"}, 2, `scheme "mysql" is not supported`},
+		{"unknown scheme", []string{"status", "--database-url", "sqlserver://u:pw@h/db"}, 2, `scheme "sqlserver" is not supported`},
 		{"unreachable server keeps the password secret", []string{"status", "--database-url", "postgres://u:s3cr3t-pw@127.0.0.1:1/db?connect_timeout=2"}, 1, "connect to PostgreSQL"},
 		{"bad table name", []string{"migrate", "sql", "--table", "Robert'); DROP TABLE students;--"}, 1, "outboxpg.Options.Table"},
 		{"bad migrate sql direction", []string{"migrate", "sql", "sideways"}, 2, "use up or down"},

@@ -101,10 +101,12 @@ func (g *globalFlags) open(ctx context.Context, mode storeMode) (*backend, error
 		return g.openPostgres(ctx, raw, mode)
 	case "sqlite": // sqlite:///abs/app.db, sqlite:relative/app.db
 		return g.openSQLite(ctx, raw, mode)
+	case "mysql": // mysql://user:password@host:3306/db?param=value
+		return g.openMySQL(ctx, raw, mode)
 	case "":
-		return nil, usagef("the database URL is not a URL; use postgres://user:password@host:5432/db or sqlite:///path/app.db")
+		return nil, usagef("the database URL is not a URL; use postgres://user:password@host:5432/db, sqlite:///path/app.db or " + mysqlURLForm)
 	default:
-		return nil, usagef("database URL scheme %q is not supported; use postgres://user:password@host:5432/db or sqlite:///path/app.db", scheme)
+		return nil, usagef("database URL scheme %q is not supported; use postgres://user:password@host:5432/db, sqlite:///path/app.db or "+mysqlURLForm, scheme)
 	}
 }
 

@@ -7,13 +7,16 @@ require (
 	github.com/go-outbox/outbox v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/amqptest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/kafkatest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/mysqltest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/natstest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxamqp v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxkafka v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxmysql v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxnats v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxpg v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxsqlite v0.0.0-00010101000000-000000000000
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.2
@@ -24,6 +27,7 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
@@ -103,3 +107,7 @@ replace github.com/go-outbox/outbox/outboxpg => ../../outboxpg
 replace github.com/go-outbox/outbox/outboxsqlite => ../../outboxsqlite
 
 replace github.com/go-outbox/outbox/outboxotel => ../../outboxotel
+
+replace github.com/go-outbox/outbox/outboxmysql => ../../outboxmysql
+
+replace github.com/go-outbox/outbox/internal/mysqltest => ../../internal/mysqltest

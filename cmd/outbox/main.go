@@ -67,9 +67,15 @@ type globalFlags struct {
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	g := &globalFlags{}
 	root := &cobra.Command{
-		Use:           "outbox",
-		Short:         "Operate transactional outbox tables",
-		Long:          "outbox migrates outbox tables, relays their messages to a publisher, shows their status and manages dead letters.",
+		Use:   "outbox",
+		Short: "Operate transactional outbox tables",
+		Long: "outbox migrates outbox tables, relays their messages to a publisher, shows their status and manages dead letters.\n\n" +
+			"The database URL (--database-url or DATABASE_URL) is one of:\n" +
+			"  postgres://user:password@host:5432/db?sslmode=disable\n" +
+			"  sqlite:///absolute/path/app.db or sqlite:relative/app.db\n" +
+			"  mysql://user:password@host:3306/db?param=value (MySQL or MariaDB; the port defaults to 3306)\n" +
+			"A mysql:// URL's query parameters are go-sql-driver/mysql's DSN parameters (tls, timeout, charset, ...);\n" +
+			"it sets parseTime=true and interpolateParams=true unless the URL names them.",
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
@@ -77,7 +83,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.databaseURL, "database-url", "", "database URL, e.g. postgres://user@host:5432/db (default $DATABASE_URL)")
+	pf.StringVar(&g.databaseURL, "database-url", "", "database URL: postgres://user@host:5432/db, sqlite:///path/app.db or mysql://user@host:3306/db (default $DATABASE_URL)")
 	pf.StringVar(&g.schema, "schema", "", "schema of the outbox table (default public)")
 	pf.StringVar(&g.table, "table", "", "name of the outbox table (default outbox)")
 	pf.StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/go-outbox/outbox/outboxmysql"
 	"github.com/go-outbox/outbox/outboxpg"
 	"github.com/go-outbox/outbox/outboxsqlite"
 )
@@ -159,6 +160,13 @@ func (g *globalFlags) migrationSQL(dir outboxpg.Direction) (string, error) {
 	}
 	if urlScheme(raw) == "sqlite" {
 		m, err := outboxsqlite.NewMigrator(nil, outboxsqlite.Options{Table: g.table})
+		if err != nil {
+			return "", err
+		}
+		return m.SQL(dir), nil
+	}
+	if urlScheme(raw) == "mysql" {
+		m, err := outboxmysql.NewMigrator(nil, outboxmysql.Options{Table: g.table})
 		if err != nil {
 			return "", err
 		}
