@@ -110,15 +110,16 @@ func (g *globalFlags) openMySQL(ctx context.Context, raw string, mode storeMode)
 			return w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
 		inbox: func(context.Context, string) (inboxTable, error) {
-			return nil, errMySQLInbox
+			return nil, errNoInbox
 		},
 		close: func() { _ = db.Close() },
 	}, nil
 }
 
-// errMySQLInbox is the answer of the inbox commands on MySQL, whose inbox
-// table keeps no parked messages yet, which they list and manage.
-var errMySQLInbox = errors.New("the inbox commands need an inbox table with parked messages, which outboxmysql does not have yet; use SQL on processed_messages to inspect a MySQL inbox")
+// errNoInbox is the answer of a backend without an inbox table the CLI can
+// manage: MySQL's keeps no parked messages yet, which the inbox commands
+// list and manage. The console then shows no inbox.
+var errNoInbox = errors.New("the inbox commands need an inbox table with parked messages, which outboxmysql does not have yet; use SQL on processed_messages to inspect a MySQL inbox")
 
 // mysqlMigrator adapts outboxmysql.Migrator to the CLI's migrator.
 type mysqlMigrator struct{ m *outboxmysql.Migrator }
