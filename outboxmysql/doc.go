@@ -59,9 +59,10 @@
 // use them, and Replayer and StuckKeyFinder on the outbox table itself. On a
 // table migrated before them, their methods return an error wrapping
 // outboxdriver.ErrNotMigrated that names the fix. Pauses and resumes of a
-// table take turns under a named lock (GET_LOCK); a relay's check of the
-// paused topics after a postponement reads them with LOCK IN SHARE MODE,
-// which waits for a pause or resume of them under way. A replay leaves out
+// table take turns under a named lock (GET_LOCK), held until they commit; a
+// relay's check of the paused topics after a postponement (PausedAmong)
+// answers outboxdriver.ErrPauseChanging while that lock is taken, instead
+// of waiting, and the relay checks again at its next heartbeat. A replay leaves out
 // messages whose expiry header, in the form the writer stores (RFC 3339 in
 // UTC), has passed; any other form is replayed and dead-lettered by the
 // relay if it has expired.

@@ -214,28 +214,31 @@ func (s *Store) MoveBackUnpaused(ctx context.Context) (int, error) {
 	return moved, nil
 }
 
-// PausedAmong reads the paused rows of topics with a locking read (LOCK IN
-// SHARE MODE, which MySQL 8 and MariaDB both accept), which waits for a
-// pause's uncommitted insert or a resume's uncommitted delete of them, and
-// returns the topics it found. At READ COMMITTED it locks no gap, so it
-// never holds up a pause of another topic.
+// PausedAmong returns which of topics are paused. A pause or resume holds
+// the table's pause lock (pauseLocked) until it has committed, so a lock
+// that is not free is a change under way: it answers ErrPauseChanging at
+// once instead of waiting. When the lock is free, whatever change comes
+// next begins after this read: its move back sees what committed before.
 func (s *Store) PausedAmong(ctx context.Context, topics []string) ([]string, error) {
 	if len(topics) == 0 {
 		return nil, nil
+	}
+	var free sql.NullInt64
+	if err := s.db.QueryRowContext(ctx, `SELECT IS_FREE_LOCK(`+lockName("pause")+`)`, s.set.table).Scan(&free); err != nil {
+		return nil, s.pausedError("read paused topics", err)
+	}
+	if free.Int64 != 1 {
+		return nil, fmt.Errorf("outboxmysql: read paused topics of %s: %w", s.Name(), outboxdriver.ErrPauseChanging)
 	}
 	args := make([]any, len(topics))
 	for i, t := range topics {
 		args[i] = t
 	}
-	var names []string
-	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT topic FROM `+s.set.side(sidePaused)+` WHERE topic IN (`+placeholders(len(topics))+`) ORDER BY topic LOCK IN SHARE MODE`, args...)
-		if err != nil {
-			return err
-		}
-		names, err = scanTopics(rows)
-		return err
-	})
+	rows, err := s.db.QueryContext(ctx, `SELECT topic FROM `+s.set.side(sidePaused)+` WHERE topic IN (`+placeholders(len(topics))+`) ORDER BY topic`, args...)
+	if err != nil {
+		return nil, s.pausedError("read paused topics", err)
+	}
+	names, err := scanTopics(rows)
 	if err != nil {
 		return nil, s.pausedError("read paused topics", err)
 	}
