@@ -25,12 +25,16 @@ const InboxTableDefault = "processed_messages"
 // tables of the database, they were all published. Those messages are rows
 // of processed_messages_outgoing until the purge sees them published, and
 // awaiting is set while the record has any. Its transactions are the
-// Store's (RunInTx). It is safe for concurrent use.
+// Store's (RunInTx). Beside it, processed_messages_parked keeps the
+// messages consumers parked (outbox.KeyParkStore), for `outbox inbox
+// parked` to list and retry. It is safe for concurrent use.
 type InboxTable struct {
 	store *Store
 	table string
 	q     string // the quoted inbox table
 	qOut  string // the quoted table of outgoing messages beside it
+
+	parked parkedStatements // on the table of parked messages beside it
 }
 
 var (
@@ -38,6 +42,7 @@ var (
 	_ outbox.OutgoingRecorder[*sql.Tx] = (*InboxTable)(nil)
 	_ outbox.OutgoingReader            = (*InboxTable)(nil)
 	_ outbox.InboxPurger               = (*InboxTable)(nil)
+	_ outbox.ParkStore                 = (*InboxTable)(nil)
 )
 
 // NewInboxTable returns the inbox table named table (InboxTableDefault if
@@ -57,14 +62,15 @@ func NewInboxTable(store *Store, table string) (*InboxTable, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &InboxTable{store: store, table: table, q: set.qTable, qOut: set.side("outgoing")}, nil
+	return &InboxTable{store: store, table: table, q: set.qTable, qOut: set.side("outgoing"), parked: newParkedStatements(table)}, nil
 }
 
 // Name returns the table's name.
 func (t *InboxTable) Name() string { return t.table }
 
-// Migrate creates the table and the table of outgoing messages beside it,
-// if they do not exist. Each is one statement.
+// Migrate creates the table, and the tables of outgoing messages and of
+// parked messages (ParkedName) beside it, if they do not exist. Each is one
+// statement: a table migrated by an older release gains the parked table.
 //
 // consumer is VARBINARY, compared byte for byte like topics and keys, and
 // long enough for outbox.MaxConsumerLength. The primary key makes a second
@@ -86,7 +92,7 @@ func (t *InboxTable) Migrate(ctx context.Context) error {
 	outgoing_id   BINARY(16)     NOT NULL,
 	PRIMARY KEY (consumer, message_id, outbox_table, outgoing_id),
 	KEY ` + quote(t.table+"_outgoing_idx") + ` (outbox_table, outgoing_id)
-) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`} {
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`, t.parked.create} {
 		if _, err := t.store.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("outboxmysql: create inbox table %s: %w", t.table, err)
 		}

@@ -31,6 +31,7 @@ func TestInboxConformance(t *testing.T) {
 		}
 		return storetest.InboxHarness[*sql.Tx]{
 			Table:  table,
+			Parked: table,
 			Purge:  table.PurgeProcessed,
 			Outbox: store,
 			Writer: newWriter(t, store),
