@@ -78,7 +78,7 @@ func testPausedTopic(t *testing.T, s *suite) {
 	}
 	token, _ := s.claimIDs(t, 10, longLease, other.ID)
 	s.exchange(t, outboxdriver.Settlement{Token: token, Published: []uuid.UUID{other.ID}}, outboxdriver.Claim{})
-	if wait, ok := s.nextDue(t); !ok || wait < time.Now().AddDate(100, 0, 0).Sub(time.Now()) {
+	if wait, ok := s.nextDue(t); !ok || wait < time.Until(time.Now().AddDate(100, 0, 0)) {
 		t.Fatalf("NextDue with only paused messages left = %v, %v; want pending, due in centuries", wait, ok)
 	}
 	if names, err := p.PausedTopicNames(ctx); err != nil || len(names) != 1 || names[0] != "mail" {
