@@ -109,17 +109,18 @@ func (g *globalFlags) openMySQL(ctx context.Context, raw string, mode storeMode)
 		send: func(ctx context.Context, msgs ...*outbox.Message) error {
 			return w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) })
 		},
-		inbox: func(context.Context, string) (inboxTable, error) {
-			return nil, errNoInbox
+		inbox: func(_ context.Context, table string) (inboxTable, error) {
+			return outboxmysql.NewInboxTable(store, table)
 		},
 		close: func() { _ = db.Close() },
 	}, nil
 }
 
 // errNoInbox is the answer of a backend without an inbox table the CLI can
-// manage: MySQL's keeps no parked messages yet, which the inbox commands
-// list and manage. The console then shows no inbox.
-var errNoInbox = errors.New("the inbox commands need an inbox table with parked messages, which outboxmysql does not have yet; use SQL on processed_messages to inspect a MySQL inbox")
+// manage (every store has one now). The console then shows no inbox.
+var errNoInbox = errors.New("the inbox commands need an inbox table with parked messages, which this database's store does not have")
+
+var _ inboxTable = (*outboxmysql.InboxTable)(nil)
 
 // mysqlMigrator adapts outboxmysql.Migrator to the CLI's migrator.
 type mysqlMigrator struct{ m *outboxmysql.Migrator }
