@@ -352,9 +352,12 @@ func (t *InboxTable) deleteParked(ctx context.Context, consumer string, ids []uu
 // for a retry, in the delete's transaction, so that a process that stops
 // before it takes that message (TakeNextWaiting) leaves it requested, not
 // stalled. A key whose first row was not deleted is left alone: that one
-// may be in a handler already. Under READ COMMITTED each read sees a row
-// that a concurrent ParkBehind added behind the deleted one (the delete
-// waited for it on the key's locks).
+// may be in a handler already. The read of the first row is a locking
+// read, which sees the newest committed rows and waits for rows others
+// are changing: it meets a row that an overlapping delete removes, or
+// that a concurrent ParkBehind adds behind the deleted one (which holds
+// the key's first row in share mode until it commits), only once that
+// has committed, and so passes the key to the row that is first then.
 func (t *InboxTable) release(ctx context.Context, tx *sql.Tx, consumer string, firstOf map[string]int64) error {
 	for key, deletedSeq := range firstOf {
 		var (

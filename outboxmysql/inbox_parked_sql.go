@@ -104,11 +104,12 @@ ON DUPLICATE KEY UPDATE consumer = consumer`),
 		// parked behind it to commit, and so passes the key on to it.
 		head:     sql(`SELECT message_id FROM {p} WHERE consumer = ? AND {key} = ? ORDER BY seq LIMIT 1 LOCK IN SHARE MODE`),
 		headLock: sql(`SELECT message_id, seq, waiting, retry_requested, taken_at IS NULL FROM {p} WHERE consumer = ? AND {key} = ? ORDER BY seq LIMIT 1 FOR UPDATE`),
-		// The deletes of one key take turns: two that overlap (an unpark
-		// of its first message, a discard of the next) would each still
-		// see the row the other deleted ahead of the third, and neither
-		// would pass the key on to it. Every row of the keys is locked in
-		// index order, so that deletes of several keys lock alike.
+		// The deletes of one key take turns: every row of the keys is
+		// locked, in index order, before anything is deleted. Two that
+		// overlap (an unpark of its first message, a discard of the next)
+		// would otherwise each wait, in its release, for the row the
+		// other deleted, and meet in a deadlock that InnoDB breaks by
+		// rolling one back (the store runs it again).
 		lockKeys:   sql(`SELECT seq FROM {p} WHERE consumer = ? AND {key} IN `),
 		keysOf:     sql(`SELECT DISTINCT {key} FROM {p} WHERE consumer = ? AND {key} <> '' AND message_id IN `),
 		pickDelete: sql(`SELECT message_id, {key}, seq FROM {p} WHERE consumer = ? AND message_id IN `),

@@ -61,3 +61,27 @@ func TestNewInboxTableRejectsInvalidNames(t *testing.T) {
 		}
 	}
 }
+
+// An inbox table made by a release before parked messages has no parked
+// table; Migrate, which consumers run at every start, adds it.
+func TestInboxMigrateAddsTheParkedTableToAnOlderInbox(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, outboxmysql.Options{Table: randomTable()})
+	table := migratedInbox(t, store)
+	if _, err := store.DB().ExecContext(t.Context(), "DROP TABLE "+table.ParkedName()); err != nil {
+		t.Fatal(err)
+	}
+	m := keyMessage("order-1")
+	if err := table.Park(t.Context(), "billing", m, 1, "failed"); err == nil {
+		t.Fatalf("park %s with no parked table: no error", m.ID)
+	}
+	if err := table.Migrate(t.Context()); err != nil {
+		t.Fatalf("migrate the older inbox: %v", err)
+	}
+	if err := table.Park(t.Context(), "billing", m, 1, "failed"); err != nil {
+		t.Fatalf("park %s once Migrate ran: %v", m.ID, err)
+	}
+	if got, err := table.GetParked(t.Context(), "billing", m.ID); err != nil || got.Error != "failed" {
+		t.Fatalf("get parked %s: %+v, %v", m.ID, got, err)
+	}
+}
