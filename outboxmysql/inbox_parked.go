@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/google/uuid"
@@ -331,7 +332,7 @@ func (t *InboxTable) deleteParked(ctx context.Context, consumer string, ids []uu
 				return err
 			}
 			deleted = append(deleted, id)
-			if s, ok := firstOf[string(key)]; key != nil && len(key) > 0 && (!ok || seq < s) {
+			if s, ok := firstOf[string(key)]; len(key) > 0 && (!ok || seq < s) {
 				firstOf[string(key)] = seq
 			}
 		}
@@ -359,7 +360,9 @@ func (t *InboxTable) deleteParked(ctx context.Context, consumer string, ids []uu
 // the key's first row in share mode until it commits), only once that
 // has committed, and so passes the key to the row that is first then.
 func (t *InboxTable) release(ctx context.Context, tx *sql.Tx, consumer string, firstOf map[string]int64) error {
-	for key, deletedSeq := range firstOf {
+	// In key order, as the key's rows were locked.
+	for _, key := range slices.Sorted(maps.Keys(firstOf)) {
+		deletedSeq := firstOf[key]
 		var (
 			id                           []byte
 			seq                          int64
