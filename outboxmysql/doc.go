@@ -74,6 +74,9 @@
 // handling wrote to outbox tables of the database in
 // processed_messages_outgoing until they are published, so that a record
 // outlives them and a duplicate delivery publishes those left pending
-// (Store.ClaimIDs, for Relay.PublishNow). It keeps no parked messages yet
-// (outbox.ParkStore).
+// (Store.ClaimIDs, for Relay.PublishNow). Beside it,
+// processed_messages_parked (also created by Migrate) keeps the messages
+// consumers parked (outbox.KeyParkStore), for `outbox inbox parked` and the
+// console: the same semantics as outboxpg's, with the picks by key order
+// done as locking reads in READ COMMITTED transactions.
 package outboxmysql

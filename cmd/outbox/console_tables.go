@@ -104,9 +104,7 @@ func (g *globalFlags) openConsoleTables(ctx context.Context, names []string, all
 		out.tables = append(out.tables, t)
 	}
 	if inboxName != "" {
-		if out.inbox, err = first.inbox(ctx, inboxName); errors.Is(err, errNoInbox) {
-			out.inbox = nil // the pages of the inbox say there is none
-		} else if err != nil {
+		if out.inbox, err = first.inbox(ctx, inboxName); err != nil {
 			return nil, err
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -115,10 +114,6 @@ func (g *globalFlags) openMySQL(ctx context.Context, raw string, mode storeMode)
 		close: func() { _ = db.Close() },
 	}, nil
 }
-
-// errNoInbox is the answer of a backend without an inbox table the CLI can
-// manage (every store has one now). The console then shows no inbox.
-var errNoInbox = errors.New("the inbox commands need an inbox table with parked messages, which this database's store does not have")
 
 var _ inboxTable = (*outboxmysql.InboxTable)(nil)
 
