@@ -11,9 +11,11 @@
 // each delivered message once. In the broker scenarios that consumer is a
 // consumer adapter (outboxamqp.Consume, outboxnats.Consume) running through
 // the fault. Run it with scripts/fault (it needs a PostgreSQL it may stop:
-// TEST_PG_CTL, TEST_PGDATA, TEST_PG_RUNAS; and a RabbitMQ it may stop:
-// TEST_AMQP_URL, TEST_RABBITMQ_CTL). broker_test.go holds the broker
-// scenarios, consumer_test.go the consumers.
+// TEST_PG_CTL, TEST_PGDATA, TEST_PG_RUNAS; a RabbitMQ it may stop:
+// TEST_AMQP_URL, TEST_RABBITMQ_CTL; and a MariaDB it may stop:
+// TEST_MYSQL_URL, TEST_MYSQL_CTL, TEST_MYSQL_BASE). broker_test.go holds the
+// broker scenarios, consumer_test.go the consumers, mariadb_test.go the
+// scenarios on MariaDB.
 package fault
 
 import (
@@ -39,6 +41,7 @@ import (
 	"github.com/go-outbox/outbox/internal/clitest"
 	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/internal/proxytest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
 )
 
@@ -112,6 +115,9 @@ type scenario struct {
 	// writePause is how long each writer pauses after a commit: a steady
 	// flow of messages instead of as many as the database takes.
 	writePause time.Duration
+	// maria is the MariaDB side of a MariaDB scenario (mariadb_test.go):
+	// its writers and drain go there; nil on PostgreSQL.
+	maria *mariaDB
 
 	mu         sync.Mutex
 	committed  []uuid.UUID          // commit returned nil: must be delivered
@@ -143,7 +149,16 @@ func newScenario(t *testing.T, name string) *scenario {
 	if s.store, err = outboxpg.New(pool, opts); err != nil {
 		t.Fatal(err)
 	}
+	s.toFile()
+	return s
+}
+
+// toFile makes the scenario's destination a JSON-lines file the relays
+// write to (--publisher stdout:).
+func (s *scenario) toFile() {
+	t := s.t
 	s.published = filepath.Join(t.TempDir(), "published.jsonl")
+	var err error
 	if s.out, err = os.OpenFile(s.published, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +166,6 @@ func newScenario(t *testing.T, name string) *scenario {
 	s.publisher = "stdout:"
 	s.arrived = func() int { return clitest.Lines(t, s.published) }
 	s.delivered = func() []uuid.UUID { return clitest.PublishedInOrder(t, s.published) }
-	return s
 }
 
 // startRelay starts a relay process on the database at url publishing to the
@@ -164,7 +178,10 @@ func (s *scenario) startRelay(url string, extra ...string) *clitest.Relay {
 // startRelayTo is startRelay with another --publisher URL (the same
 // destination through a proxy).
 func (s *scenario) startRelayTo(url, publisher string, extra ...string) *clitest.Relay {
-	args := []string{"--database-url", url, "--schema", s.schema}
+	args := []string{"--database-url", url}
+	if s.schema != "" { // a MySQL table lives in the URL's database
+		args = append(args, "--schema", s.schema)
+	}
 	for _, f := range [][2]string{{"--batch-size", "50"}, {"--workers", "2"}, {"--lease", "3s"},
 		{"--poll-interval", "100ms"}, {"--log-level", "warn"}} {
 		if !slices.Contains(extra, f[0]) {
@@ -210,7 +227,7 @@ const keysPerWriter = 250
 // transactions (the database is down) are retried with new messages until
 // total are committed. It returns when done or ctx ends.
 func (s *scenario) write(ctx context.Context, total, writers int) error {
-	w, err := outbox.NewWriter(s.store, outbox.WriterConfig{})
+	commit, notify, err := s.committer()
 	if err != nil {
 		return err
 	}
@@ -231,15 +248,7 @@ func (s *scenario) write(ctx context.Context, total, writers int) error {
 					msgs[i] = &outbox.Message{Topic: "fault", Key: key, Payload: fmt.Appendf(nil, `{"w":%d,"tx":%d}`, g, tx)}
 				}
 				rollback := tx%7 == 3
-				err := s.store.RunInTx(ctx, func(tx pgx.Tx) error {
-					if err := w.Write(ctx, tx, msgs...); err != nil {
-						return err
-					}
-					if rollback {
-						return errRollback
-					}
-					return nil
-				})
+				err := commit(ctx, msgs, rollback)
 				ids := make([]uuid.UUID, len(msgs))
 				for i, m := range msgs {
 					ids[i] = m.ID
@@ -265,7 +274,7 @@ func (s *scenario) write(ctx context.Context, total, writers int) error {
 				if err != nil && !errors.Is(err, errRollback) {
 					time.Sleep(50 * time.Millisecond) // the database is away: do not spin
 				} else {
-					w.Notify()
+					notify()
 					time.Sleep(s.writePause)
 				}
 			}
@@ -277,13 +286,47 @@ func (s *scenario) write(ctx context.Context, total, writers int) error {
 
 var errRollback = errors.New("rolled back on purpose")
 
+// commitFunc writes msgs in one transaction and commits it, or rolls it
+// back with errRollback if rollback.
+type commitFunc func(ctx context.Context, msgs []*outbox.Message, rollback bool) error
+
+// committer returns the scenario's commitFunc and its writer's Notify.
+func (s *scenario) committer() (commitFunc, func(), error) {
+	if s.maria != nil {
+		return s.maria.committer()
+	}
+	w, err := outbox.NewWriter(s.store, outbox.WriterConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context, msgs []*outbox.Message, rollback bool) error {
+		return s.store.RunInTx(ctx, func(tx pgx.Tx) error {
+			if err := w.Write(ctx, tx, msgs...); err != nil {
+				return err
+			}
+			if rollback {
+				return errRollback
+			}
+			return nil
+		})
+	}, w.Notify, nil
+}
+
+// stats counts the scenario's messages by state.
+func (s *scenario) stats(ctx context.Context) (outboxdriver.Stats, error) {
+	if s.maria != nil {
+		return s.maria.store.Stats(ctx)
+	}
+	return s.store.Stats(ctx)
+}
+
 // drain waits until nothing is pending, reading through a fresh query each
 // time (the pool reconnects after an outage).
 func (s *scenario) drain(timeout time.Duration) {
 	s.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		st, err := s.store.Stats(context.Background())
+		st, err := s.stats(context.Background())
 		if err == nil && st.Pending == 0 {
 			return
 		}
@@ -321,6 +364,10 @@ func (s *scenario) whyStuck() string {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if s.maria != nil {
+		s.maria.whyStuck(ctx, &b)
+		return b.String()
+	}
 	table := pgx.Identifier{s.schema, outboxpg.TableDefault}.Sanitize()
 	queries := []struct{ title, sql string }{
 		{"pending rows", `SELECT count(*) AS pending, count(*) FILTER (WHERE available_at > now()) AS later,
@@ -403,9 +450,10 @@ func (s *scenario) check(faults, bound int) {
 		delivered[id] = true
 	}
 	by, skipped := "direct", 0
-	if s.consumer != nil {
+	switch {
+	case s.consumer != nil:
 		by, skipped = s.consumer.label(), s.consumer.settle(delivered)
-	} else {
+	default:
 		skipped = s.checkInbox(arrivals, delivered)
 	}
 	line := fmt.Sprintf("%9d %9d %7d %10d %6d %10s %-12s %11d", len(s.committed), len(s.ambiguous), faults, duplicates, bound, order, by, skipped)
@@ -479,32 +527,6 @@ func (s *scenario) writeAndKillRelays(messages, kills int, relayArgs ...string) 
 	}
 }
 
-// TestFaultDatabaseRestartedMidRun stops PostgreSQL (fast shutdown) while
-// writers and relays run, starts it again, and expects both to reconnect by
-// themselves.
-func TestFaultDatabaseRestartedMidRun(t *testing.T) {
-	ctl := pgControl(t)
-	s := newScenario(t, "PostgreSQL restart, 20k messages, 2 relays, key order")
-	s.ordered = true
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	writeDone := make(chan error, 1)
-	go func() { writeDone <- s.write(ctx, 20000, 4) }()
-	relays := []*clitest.Relay{s.startRelay(s.url), s.startRelay(s.url)}
-	waitFor(t, time.Minute, "relays to publish", func() bool { return s.arrived() > 2000 })
-	ctl("stop", "-m", "fast")
-	time.Sleep(2 * time.Second) // the outage
-	ctl("start", "-l", filepath.Join(os.TempDir(), "outbox-fault-pg.log"))
-	if err := <-writeDone; err != nil {
-		t.Fatal(err)
-	}
-	s.drain(2 * time.Minute)
-	stopRelays(t, relays, "the database outage")
-	// Each relay may have had its batches in flight when the database went
-	// away; their leases may expire during the outage.
-	s.check(1, 2*2*50)
-}
-
 // stopRelays stops relays at the end of a run, failing the test if one of
 // them exited by itself during outage instead of reconnecting.
 func stopRelays(t *testing.T, relays []*clitest.Relay, outage string) {
@@ -514,28 +536,6 @@ func stopRelays(t *testing.T, relays []*clitest.Relay, outage string) {
 			t.Errorf("a relay process exited during %s instead of reconnecting", outage)
 		}
 		r.Stop()
-	}
-}
-
-// pgControl returns a function running pg_ctl on the test server, or skips
-// (fails in CI) when the server is not ours to stop.
-func pgControl(t *testing.T) func(args ...string) {
-	ctlPath, data := os.Getenv("TEST_PG_CTL"), os.Getenv("TEST_PGDATA")
-	if ctlPath == "" || data == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("TEST_PG_CTL and TEST_PGDATA are not set; scripts/fault sets them")
-		}
-		t.Skip("TEST_PG_CTL and TEST_PGDATA are not set: run through scripts/fault")
-	}
-	return func(args ...string) {
-		cmdline := append([]string{ctlPath, "-D", data, "-w"}, args...)
-		if user := os.Getenv("TEST_PG_RUNAS"); user != "" {
-			cmdline = append([]string{"runuser", "-u", user, "--"}, cmdline...)
-		}
-		out, err := execCommand(cmdline...)
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(cmdline, " "), err, out)
-		}
 	}
 }
 

@@ -17,7 +17,14 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+)
+
+require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/go-outbox/outbox/internal/mysqltest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxmysql v0.0.0-00010101000000-000000000000
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
@@ -50,3 +57,7 @@ replace github.com/go-outbox/outbox/outboxamqp => ../outboxamqp
 replace github.com/go-outbox/outbox/outboxnats => ../outboxnats
 
 replace github.com/go-outbox/outbox/outboxpg => ../outboxpg
+
+replace github.com/go-outbox/outbox/internal/mysqltest => ../internal/mysqltest
+
+replace github.com/go-outbox/outbox/outboxmysql => ../outboxmysql

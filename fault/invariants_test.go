@@ -156,34 +156,58 @@ func (e *effects) applied() int {
 	return n
 }
 
+// applications counts each message's effects.
+func (e *effects) applications(ctx context.Context) (map[uuid.UUID]int, error) {
+	rows, err := e.pool.Query(ctx, `SELECT message_id, count(*) FROM `+e.name+` GROUP BY message_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	counts := map[uuid.UUID]int{}
+	for rows.Next() {
+		var id uuid.UUID
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		counts[id] = n
+	}
+	return counts, rows.Err()
+}
+
+// inboxEffects is a consuming side's database: effects on PostgreSQL, or
+// mariaEffects.
+type inboxEffects interface {
+	// handler is effects.handler.
+	handler(done func(m outbox.Message, applied bool, err error)) (func(context.Context, outbox.Message) error, error)
+	// applications counts each message's effects.
+	applications(ctx context.Context) (map[uuid.UUID]int, error)
+}
+
 // verify checks that every delivered message's effect exists exactly once,
 // and that no other message has one.
-func (e *effects) verify(s *scenario, delivered map[uuid.UUID]bool) {
+func (e *effects) verify(s *scenario, delivered map[uuid.UUID]bool) { verifyEffects(s, e, delivered) }
+
+// verifyEffects checks that every delivered message's effect exists exactly
+// once in e, and that no other message has one.
+func verifyEffects(s *scenario, e inboxEffects, delivered map[uuid.UUID]bool) {
 	t := s.t
 	const maxReported = 5
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rows, err := e.pool.Query(ctx, `SELECT message_id, count(*) FROM `+e.name+` GROUP BY message_id`)
+	counts, err := e.applications(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := make(map[uuid.UUID]bool, len(delivered))
 	wrong := 0
-	for rows.Next() {
-		var id uuid.UUID
-		var n int
-		if err := rows.Scan(&id, &n); err != nil {
-			t.Fatal(err)
-		}
+	for id, n := range counts {
 		seen[id] = true
 		if n != 1 || !delivered[id] {
 			if wrong++; wrong <= maxReported {
 				t.Errorf("%s: inbox: message %s applied %d times (delivered: %v); want once", s.name, id, n, delivered[id])
 			}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
 	}
 	if wrong > maxReported {
 		t.Errorf("%s: inbox: %d messages in all applied more than once or never delivered", s.name, wrong)
@@ -216,7 +240,12 @@ func (s *scenario) checkInbox(arrivals []uuid.UUID, delivered map[uuid.UUID]bool
 	t := s.t
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	fx := newEffects(t, s.schema, inboxConsumers)
+	var fx inboxEffects
+	if s.maria != nil {
+		fx = s.maria.newEffects(t)
+	} else {
+		fx = newEffects(t, s.schema, inboxConsumers)
+	}
 	var skipped, failed atomic.Int64
 	handle, err := fx.handler(func(m outbox.Message, applied bool, err error) {
 		switch {
@@ -254,6 +283,6 @@ func (s *scenario) checkInbox(arrivals []uuid.UUID, delivered map[uuid.UUID]bool
 		t.Errorf("%s: inbox: %d deliveries failed", s.name, n)
 		return int(skipped.Load())
 	}
-	fx.verify(s, delivered)
+	verifyEffects(s, fx, delivered)
 	return int(skipped.Load())
 }

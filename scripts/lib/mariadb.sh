@@ -164,11 +164,17 @@ my_url_answers() {
     --connect-timeout=5 -e 'SELECT 1' >/dev/null 2>&1
 }
 
-# my_export BASE: the environment the tests read.
+# my_export BASE: the environment the tests read. TEST_MYSQL_CTL stop|start stops and starts
+# this same server (same port, same data), for the fault suite.
 my_export() {
+  local lib
+  lib=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
   export TEST_MYSQL_URL="mysql://root@127.0.0.1:$(my_port "$1")/outbox_test"
+  export TEST_MYSQL_CTL="$lib/mariadb-ctl" TEST_MYSQL_BASE="$1"
 }
 my_print_export() {
-  local q="'"
-  printf "export TEST_MYSQL_URL='%s'\n" "${TEST_MYSQL_URL//$q/$q\\$q$q}"
+  local v q="'"
+  for v in TEST_MYSQL_URL TEST_MYSQL_CTL TEST_MYSQL_BASE; do
+    printf "export %s='%s'\n" "$v" "${!v//$q/$q\\$q$q}"
+  done
 }
