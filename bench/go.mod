@@ -6,9 +6,11 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-sql/v3 v3.1.0
 	github.com/go-outbox/outbox v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/mysqltest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/natstest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxamqp v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxmysql v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxnats v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxpg v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxsqlite v0.0.0-00010101000000-000000000000
@@ -23,9 +25,11 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
@@ -81,3 +85,7 @@ replace github.com/go-outbox/outbox/outboxpg => ../outboxpg
 replace github.com/go-outbox/outbox/outboxsqlite => ../outboxsqlite
 
 replace github.com/go-outbox/outbox/outboxotel => ../outboxotel
+
+replace github.com/go-outbox/outbox/internal/mysqltest => ../internal/mysqltest
+
+replace github.com/go-outbox/outbox/outboxmysql => ../outboxmysql
