@@ -44,3 +44,58 @@ func (s *Store) countOvertaken(ctx context.Context, tx *sql.Tx, token []byte, id
 	_, err := tx.ExecContext(ctx, stmt, append([]any{token}, idArgs(ids)...)...)
 	return err
 }
+
+// postponeHeld moves, in tx, the pending messages held behind each retried
+// head to its new due time (spec §7), passing over rows other transactions
+// hold (see the statement's comment).
+func (s *Store) postponeHeld(ctx context.Context, tx *sql.Tx, heads []uuid.UUID) error {
+	type head struct {
+		key []byte
+		seq int64
+		due utcTime
+	}
+	rows, err := tx.QueryContext(ctx, idList(s.kstmts.postponeHeld, len(heads)), idArgs(heads)...)
+	if err != nil {
+		return err
+	}
+	var list []head
+	for rows.Next() {
+		var h head
+		if err := rows.Scan(&h.key, &h.seq, &h.due); err != nil {
+			rows.Close()
+			return err
+		}
+		list = append(list, h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, h := range list {
+		due := datetime(h.due.Time, false)
+		behind, err := tx.QueryContext(ctx, s.kstmts.heldBehind, h.key, h.seq, due)
+		if err != nil {
+			return err
+		}
+		var ids []any
+		for behind.Next() {
+			var id []byte
+			if err := behind.Scan(&id); err != nil {
+				behind.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		behind.Close()
+		if err := behind.Err(); err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, idList(s.kstmts.moveHeld, len(ids)), append([]any{due}, ids...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

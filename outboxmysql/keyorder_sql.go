@@ -19,7 +19,9 @@ type keyStatements struct {
 	heads        string // ?1 window, ?2 window, ?3 limit: id, seq, key of due heads in turn order
 	lock         string // ids: messageColumns, seq of those still due and free, locked
 	runPart      string // key, after seq[, key, after seq], limit: id, seq, key, ok; one part of a UNION ALL
-	postponeHeld string // ids of the retried heads
+	postponeHeld string // ids of the retried heads: their keys, seqs and due times
+	heldBehind   string // key, seq, due time: the followers to move, locked
+	moveHeld     string // due time, then ids
 	retried      string // ?1 token, ids: those a retry under token applies to, locked
 	anyDue       string
 	nextDue      string
@@ -124,12 +126,17 @@ LIMIT ?)`),
 		// spec §7: a retried head takes the messages held behind it back
 		// in the queue with it. It runs after the release (see settle);
 		// like outboxsqlite's, it moves leased rows too: nothing here
-		// settles by a row's address.
-		postponeHeld: sql(`
-UPDATE {t} AS f JOIN {t} AS h ON f.` + "`key` = h.`key`" + ` AND f.seq > h.seq
-SET f.available_at = h.available_at
-WHERE h.status = 'pending' AND h.` + "`key`" + ` <> '' AND f.status = 'pending' AND f.available_at < h.available_at
-	AND h.id IN (`),
+		// settles by a row's address. The heads' keys and new due times
+		// are read first (the settlement holds them), then each key's
+		// followers with SKIP LOCKED, which are moved by primary key: an
+		// UPDATE that scanned the key index itself would wait for a
+		// writer's uncommitted insert of the key, as long as the
+		// application's transaction lasts, while the settlement's
+		// published messages wait unrecorded. A follower passed over is
+		// held behind its head anyway, and the next retry moves it.
+		postponeHeld: sql(`SELECT ` + "`key`" + `, seq, available_at FROM {t} WHERE status = 'pending' AND ` + "`key`" + ` <> '' AND id IN (`),
+		heldBehind: sql(`SELECT id FROM {t} WHERE status = 'pending' AND ` + "`key`" + ` = ? AND seq > ? AND available_at < ? FOR UPDATE SKIP LOCKED`),
+		moveHeld:   sql(`UPDATE {t} SET available_at = ? WHERE id IN (`),
 		// Only the retries that apply move their keys: a settlement under
 		// a token that holds nothing changes nothing. MySQL's UPDATE
 		// returns no rows, so they are read (and locked) first.

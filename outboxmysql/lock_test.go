@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxmysql"
 )
 
@@ -107,5 +108,47 @@ func TestAClaimAtRepeatableReadWouldBlockWritersInserts(t *testing.T) {
 	holdClaim(t, store, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 	if err := insertWithin(t, store); err == nil || !strings.Contains(err.Error(), "Lock wait timeout") {
 		t.Fatalf("a writer's INSERT while a REPEATABLE READ claim was open: %v; want a lock wait timeout (the claim's gap lock)", err)
+	}
+}
+
+// A retried head's settlement in key order moves the messages held behind
+// it (postponeHeld); a writer's transaction that inserted a message of the
+// same key and is still open must not make it wait: waiting, it would leave
+// the settlement's published messages unrecorded until their lease ran out
+// and another relay published them again.
+func TestARetrySettlementInKeyOrderDoesNotWaitForAWritersOpenInsertOfItsKey(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, outboxmysql.Options{})
+	ordered := keyOrdered(t, store, outboxmysql.Options{OrderByKey: true})
+	w := newWriter(t, store)
+	msgs := newMessages(2) // key order-1
+	if err := w.Transact(t.Context(), func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatal(err)
+	}
+	token := uuid.New()
+	claimed, err := ordered.SettleAndClaim(t.Context(), outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: time.Minute, Token: token})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != msgs[0].ID {
+		t.Fatalf("claim of the key's head = %v, %v; want %s", claimed, err, msgs[0].ID)
+	}
+	// A writer inserts another message of the key and keeps its
+	// transaction open.
+	open, err := store.DB().BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = open.Rollback() })
+	if err := store.InsertTx(t.Context(), open, newMessages(1)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	retry := outboxdriver.Settlement{Token: token, Retry: []outboxdriver.Retry{{ID: msgs[0].ID, Delay: time.Minute, Error: "broker hiccup"}}}
+	if _, err := ordered.SettleAndClaim(ctx, retry, outboxdriver.Claim{}); err != nil {
+		t.Fatalf("the retry's settlement while a writer's insert of its key is open: %v after %v; want it recorded at once", err, time.Since(start))
+	}
+	got, err := ordered.Get(t.Context(), msgs[1].ID)
+	if err != nil || !got.AvailableAt.After(time.Now().Add(30*time.Second)) {
+		t.Fatalf("the committed message behind the retried head: %+v, %v; want it moved behind the head, a minute on", got, err)
 	}
 }

@@ -32,9 +32,10 @@ func collectListed(rows *sql.Rows) ([]outbox.Message, error) {
 // message if all) unless later messages of their key overtook one of
 // them; then it retries none and returns those (see
 // outboxdriver.KeyOrderRetrier). It locks the dead messages it looks at
-// before it reads their counts, in the transaction that retries them: a
-// settlement that would count on one of them waits, and then finds it
-// pending, not dead.
+// before it reads their counts, in the transaction that retries them, and
+// retries exactly those: a settlement that would count on one of them
+// waits, and then finds it pending, not dead; a message that dies meanwhile
+// is left dead, unchecked.
 func (s *Store) RetryDeadUnlessOvertaken(ctx context.Context, ids []uuid.UUID, all bool) (int, []outbox.Message, error) {
 	if !all && len(ids) == 0 {
 		return 0, nil, nil
@@ -53,7 +54,7 @@ func (s *Store) RetryDeadUnlessOvertaken(ctx context.Context, ids []uuid.UUID, a
 		if err != nil {
 			return err
 		}
-		var counted []uuid.UUID
+		var counted, locked []uuid.UUID
 		for rows.Next() {
 			var (
 				id []byte
@@ -63,6 +64,7 @@ func (s *Store) RetryDeadUnlessOvertaken(ctx context.Context, ids []uuid.UUID, a
 				rows.Close()
 				return err
 			}
+			locked = append(locked, uuid.UUID(id))
 			if n > 0 {
 				counted = append(counted, uuid.UUID(id))
 			}
@@ -78,11 +80,12 @@ func (s *Store) RetryDeadUnlessOvertaken(ctx context.Context, ids []uuid.UUID, a
 			overtaken, err = collectListed(rows)
 			return err
 		}
-		retry, retryArgs := s.stmts.retryAll, []any(nil)
-		if !all {
-			retry, retryArgs = idList(s.stmts.retryDead, len(ids)), idArgs(ids)
+		// Only the rows checked above: a new READ COMMITTED statement would
+		// also match messages that died since, never checked.
+		if len(locked) == 0 {
+			return nil
 		}
-		res, err := tx.ExecContext(ctx, retry, retryArgs...)
+		res, err := tx.ExecContext(ctx, idList(s.stmts.retryDead, len(locked)), idArgs(locked)...)
 		if err != nil {
 			return err
 		}

@@ -241,7 +241,7 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settleme
 			return err
 		}
 		if len(retried) > 0 {
-			if _, err := tx.ExecContext(ctx, idList(s.kstmts.postponeHeld, len(retried)), idArgs(retried)...); err != nil {
+			if err := s.postponeHeld(ctx, tx, retried); err != nil {
 				return err
 			}
 		}

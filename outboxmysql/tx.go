@@ -9,8 +9,11 @@ import (
 )
 
 // Bounds of the store's retries of a transaction that hit a deadlock or a
-// lock wait timeout: about 20 s of tries in all, so that a store that can
-// never get through still returns.
+// lock wait timeout: about 20 s of pauses in all, plus the tries, each of
+// which may wait innodb_lock_wait_timeout (50 s by default) before it
+// fails; so a store that can never get through still returns, and a
+// caller that needs an answer sooner gives a deadline (the relay's store
+// calls have one).
 const (
 	txAttempts   = 100
 	txRetryFirst = time.Millisecond
