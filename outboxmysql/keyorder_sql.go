@@ -135,8 +135,8 @@ LIMIT ?)`),
 		// published messages wait unrecorded. A follower passed over is
 		// held behind its head anyway, and the next retry moves it.
 		postponeHeld: sql(`SELECT ` + "`key`" + `, seq, available_at FROM {t} WHERE status = 'pending' AND ` + "`key`" + ` <> '' AND id IN (`),
-		heldBehind: sql(`SELECT id FROM {t} WHERE status = 'pending' AND ` + "`key`" + ` = ? AND seq > ? AND available_at < ? FOR UPDATE SKIP LOCKED`),
-		moveHeld:   sql(`UPDATE {t} SET available_at = ? WHERE id IN (`),
+		heldBehind:   sql(`SELECT id FROM {t} WHERE status = 'pending' AND ` + "`key`" + ` = ? AND seq > ? AND available_at < ? FOR UPDATE SKIP LOCKED`),
+		moveHeld:     sql(`UPDATE {t} SET available_at = ? WHERE id IN (`),
 		// Only the retries that apply move their keys: a settlement under
 		// a token that holds nothing changes nothing. MySQL's UPDATE
 		// returns no rows, so they are read (and locked) first.
