@@ -46,6 +46,7 @@ var knownImports = map[string]string{
 	"outboxpgtest":     "github.com/go-outbox/outbox/outboxpg/outboxpgtest",
 	"outboxsqlite":     "github.com/go-outbox/outbox/outboxsqlite",
 	"outboxsqlitetest": "github.com/go-outbox/outbox/outboxsqlite/outboxsqlitetest",
+	"outboxmysql":      "github.com/go-outbox/outbox/outboxmysql",
 	"outboxamqp":       "github.com/go-outbox/outbox/outboxamqp",
 	"outboxnats":       "github.com/go-outbox/outbox/outboxnats",
 	"outboxkafka":      "github.com/go-outbox/outbox/outboxkafka",
