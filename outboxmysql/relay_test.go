@@ -7,15 +7,19 @@ import (
 	"testing"
 
 	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/mysqltest"
 	"github.com/go-outbox/outbox/outboxmysql"
 	"github.com/go-outbox/outbox/relaytest"
 )
 
 // relayHarness migrates a table, with a name of its own, in a fresh
-// database, and claims in key order through a second Store of it.
+// database on a pool that logs its statements, and claims in key order
+// through a second Store of it.
 func relayHarness(t *testing.T) relaytest.Harness {
 	t.Helper()
-	store := newStore(t, outboxmysql.Options{Table: randomTable()})
+	name, _ := mysqltest.Database(t)
+	db, statements := mysqltest.Counted(t, name)
+	store := migrated(t, db, outboxmysql.Options{Table: randomTable()})
 	w := newWriter(t, store)
 	return relaytest.Harness{
 		Store:      store,
@@ -35,8 +39,9 @@ func relayHarness(t *testing.T) relaytest.Harness {
 			}
 			return err
 		},
-		Notify: w.Notify,
-		Scale:  0.25,
+		Notify:     w.Notify,
+		Statements: statements.All,
+		Scale:      0.25,
 	}
 }
 
