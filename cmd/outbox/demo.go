@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,51 +24,98 @@ import (
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/natstest"
 	"github.com/go-outbox/outbox/outboxnats"
-	"github.com/go-outbox/outbox/outboxsqlite"
 )
 
 func newDemoCommand() *cobra.Command {
 	var (
-		dir  string
-		keep bool
+		database string
+		dir      string
+		keep     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Show the whole flow in one process, nothing installed: SQLite, a relay, embedded NATS, a consumer",
+		Short: "Show the whole flow in one process, nothing installed: SQLite (or MySQL), a relay, embedded NATS, a consumer",
 		Long: `demo runs everything in this process: orders written with their events in one
 SQLite transaction, a relay publishing them to an embedded NATS JetStream server, and a
 consumer applying each event exactly once through an inbox. Along the way it rolls a
 transaction back, stops the broker and starts it again, replays a message whose
 acknowledgement was "lost", and dead-letters a poison message. It checks every step and
-exits non-zero if any guarantee did not hold.`,
+exits non-zero if any guarantee did not hold.
+
+With --database mysql://user:password@host:3306/db it runs the same steps on that MySQL or
+MariaDB database instead of a SQLite file. Its tables there are all named outbox_demo or
+outbox_demo_* and marked as the demo's by their comment: it drops them at the end (unless
+--keep), drops those an earlier demo left, and stops without changing anything if a table
+with such a name is not marked as its own. It changes no other table. --database-url
+names the database too; DATABASE_URL does not: the demo runs on a server only when its
+command line says so.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, err := demoDatabase(cmd, database)
+			if err != nil {
+				return err
+			}
 			if dir == "" {
 				d, err := os.MkdirTemp("", "outbox-demo-")
 				if err != nil {
 					return err
 				}
 				dir = d
-				if !keep {
+				if !keep || raw != "" {
 					defer os.RemoveAll(d)
 				}
 			}
-			d := &demo{out: cmd.OutOrStdout(), dir: dir}
+			d := &demo{out: cmd.OutOrStdout(), dir: dir, database: raw, keep: keep}
 			defer d.close()
 			return d.run(cmd.Context())
 		},
 	}
+	cmd.Flags().StringVar(&database, "database", "", "run on this MySQL or MariaDB database, "+mysqlURLForm+", instead of a SQLite file; the demo's tables there are named outbox_demo*")
 	cmd.Flags().StringVar(&dir, "dir", "", "directory for the SQLite file and the NATS store (default: a temporary one, removed afterwards)")
-	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temporary directory, to look at demo.db with outbox status/dead afterwards")
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the temporary directory, to look at demo.db with outbox status/dead afterwards (with --database: keep the demo's tables)")
 	return cmd
+}
+
+// demoDatabase returns the database URL of --database, or of --database-url,
+// which every other command takes: typed out of habit, it must not get the
+// user a SQLite demo instead. DATABASE_URL is left alone: the demo creates
+// and drops tables, so it runs on a database only when its command line
+// names one. "" is the SQLite demo.
+func demoDatabase(cmd *cobra.Command, database string) (string, error) {
+	if f := cmd.Flag("database-url"); f != nil && f.Changed {
+		if database != "" && database != f.Value.String() {
+			return "", usagef("--database and --database-url name different databases; give the demo one of them")
+		}
+		database = f.Value.String()
+	}
+	if database == "" {
+		return "", nil
+	}
+	rememberSecret(database)
+	if scheme := urlScheme(database); scheme != "mysql" {
+		shown := shownURL(database)
+		if u, err := url.Parse(database); err == nil {
+			shown = strconv.Quote(u.Redacted())
+		}
+		why := fmt.Sprintf("not on %q", scheme)
+		if scheme == "" {
+			why = "this is not a URL"
+		}
+		return "", usagef("--database %s: the demo runs on MySQL or MariaDB, %s, or on SQLite in a temporary directory with --database left out; %s",
+			shown, mysqlURLForm, why)
+	}
+	return database, nil
 }
 
 // demo holds the parts of the demonstration.
 type demo struct {
 	out          io.Writer
+	database     string // a mysql:// URL, or "" for SQLite in dir
 	dir          string
+	keep         bool
 	start        time.Time
-	store        *outboxsqlite.Store
+	db           *demoDB
+	store        demoStore // db's
 	writer       *outbox.Writer[*sql.Tx]
 	inbox        *outbox.Inbox[*sql.Tx]
 	nats         *natstest.Server
@@ -105,43 +154,23 @@ func (d *demo) run(ctx context.Context) error {
 }
 
 func (d *demo) setUp(ctx context.Context) error {
-	dbPath := filepath.Join(d.dir, "demo.db")
-	store, err := outboxsqlite.Open(ctx, dbPath, outboxsqlite.Options{CreateIfMissing: true})
+	var err error
+	if d.database == "" {
+		d.db, err = openDemoSQLite(ctx, d.dir)
+	} else {
+		d.db, err = openDemoMySQL(ctx, d.database, d.keep)
+	}
 	if err != nil {
 		return err
 	}
-	d.store = store
-	m, err := outboxsqlite.NewMigrator(store.DB(), outboxsqlite.Options{})
-	if err != nil {
+	d.store = d.db.store
+	if d.inbox, err = outbox.NewInbox(d.db.inbox, "revenue"); err != nil {
 		return err
 	}
-	if _, err := m.Up(ctx); err != nil {
+	if d.writer, err = outbox.NewWriter(d.store, outbox.WriterConfig{}); err != nil {
 		return err
 	}
-	// The application's own tables: orders, and what the consumer computes
-	// from their events, with its inbox.
-	for _, ddl := range []string{
-		`CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, total_cents INTEGER NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS revenue (customer TEXT PRIMARY KEY, orders INTEGER NOT NULL, total_cents INTEGER NOT NULL)`,
-	} {
-		if _, err := store.DB().ExecContext(ctx, ddl); err != nil {
-			return err
-		}
-	}
-	inboxTable, err := outboxsqlite.NewInboxTable(store, "inbox")
-	if err != nil {
-		return err
-	}
-	if err := inboxTable.Migrate(ctx); err != nil {
-		return err
-	}
-	if d.inbox, err = outbox.NewInbox(inboxTable, "revenue"); err != nil {
-		return err
-	}
-	if d.writer, err = outbox.NewWriter(store, outbox.WriterConfig{}); err != nil {
-		return err
-	}
-	d.say("SQLite database %s: outbox table migrated, orders/revenue/inbox tables created", dbPath)
+	d.say("%s", d.db.about)
 
 	if d.nats, err = natstest.Run(server.Options{StoreDir: filepath.Join(d.dir, "nats")}); err != nil {
 		return err
@@ -171,7 +200,7 @@ func (d *demo) setUp(ctx context.Context) error {
 		}
 		return errs
 	})
-	d.relay, err = outbox.NewRelay(store, watched, outbox.Config{
+	d.relay, err = outbox.NewRelay(d.store, watched, outbox.Config{
 		BatchSize: 50, BackoffBase: 200 * time.Millisecond, BackoffMax: time.Second, MaxAttempts: 20,
 		PollInterval: 500 * time.Millisecond, Logger: quiet,
 	})
@@ -208,8 +237,7 @@ func (d *demo) apply(ctx context.Context, m outbox.Message) error {
 	}
 	// A delivery seen before is skipped, and acknowledged again.
 	_, err := d.inbox.Handle(ctx, m.ID, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO revenue (customer, orders, total_cents) VALUES (?, 1, ?)
-			ON CONFLICT (customer) DO UPDATE SET orders = orders + 1, total_cents = total_cents + excluded.total_cents`, m.Key, cents)
+		_, err := tx.ExecContext(ctx, d.db.sql.applyRevenue, m.Key, cents)
 		return err
 	})
 	if err != nil {
@@ -231,7 +259,7 @@ func (d *demo) placeOrder(ctx context.Context, id int, customer string, cents in
 	m := &outbox.Message{Topic: "orders.created", Key: customer, Payload: fmt.Appendf(nil, `{"total_cents":%d}`, cents),
 		Headers: map[string]string{"content-type": "application/json"}}
 	err := d.writer.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, customer, total_cents) VALUES (?, ?, ?)`, id, customer, cents); err != nil {
+		if _, err := tx.ExecContext(ctx, d.db.sql.insertOrder, id, customer, cents); err != nil {
 			return err
 		}
 		if err := d.writer.Write(ctx, tx, m); err != nil {
@@ -309,7 +337,7 @@ func (d *demo) brokerOutage(ctx context.Context) error {
 // if it cannot tell.
 func (d *demo) attemptsUsed(ctx context.Context) int {
 	var n int
-	if err := d.store.DB().QueryRowContext(ctx, `SELECT COALESCE(sum(attempts), 0) FROM outbox WHERE status = 'pending'`).Scan(&n); err != nil {
+	if err := d.store.DB().QueryRowContext(ctx, d.db.sql.pendingAttempts).Scan(&n); err != nil {
 		return -1
 	}
 	return n
@@ -383,10 +411,10 @@ func (d *demo) summary(ctx context.Context) error {
 		return err
 	}
 	var orders, cents, wantOrders, wantCents int
-	if err := d.store.DB().QueryRowContext(ctx, `SELECT COALESCE(sum(orders), 0), COALESCE(sum(total_cents), 0) FROM revenue`).Scan(&orders, &cents); err != nil {
+	if err := d.store.DB().QueryRowContext(ctx, d.db.sql.revenueTotals).Scan(&orders, &cents); err != nil {
 		return err
 	}
-	if err := d.store.DB().QueryRowContext(ctx, `SELECT count(*), COALESCE(sum(total_cents), 0) FROM orders`).Scan(&wantOrders, &wantCents); err != nil {
+	if err := d.store.DB().QueryRowContext(ctx, d.db.sql.orderTotals).Scan(&wantOrders, &wantCents); err != nil {
 		return err
 	}
 	if orders != wantOrders || cents != wantCents {
@@ -431,8 +459,8 @@ func (d *demo) close() {
 	if d.nats != nil {
 		d.nats.Shutdown()
 	}
-	if d.store != nil {
-		_ = d.store.Close()
+	if d.db != nil {
+		d.db.close()
 	}
 }
 
