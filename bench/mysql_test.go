@@ -66,6 +66,18 @@ func BenchmarkMySQLRelayDrain(b *testing.B) {
 	}
 }
 
+// BenchmarkMySQLRelayDrainTransactionLeases is BenchmarkMySQLRelayDrain
+// with claims held in transactions (outboxmysql.Options.TransactionLeases):
+// the shape of the ceiling's loop, one write of each row.
+func BenchmarkMySQLRelayDrainTransactionLeases(b *testing.B) {
+	for _, batch := range []int{100, 1000} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			db, store := mysqlSetup(b, outboxmysql.Options{TransactionLeases: true})
+			drain(b, store, batch, 1, func() { mysqlFill(b, db, backlog, 64) })
+		})
+	}
+}
+
 // BenchmarkMySQLRelayDrainKeyOrder is BenchmarkMySQLRelayDrain at batch
 // 1000 in key order, by the number of keys the backlog spreads over.
 func BenchmarkMySQLRelayDrainKeyOrder(b *testing.B) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 
@@ -41,9 +40,7 @@ FOR UPDATE SKIP LOCKED`, idArgs(ids)...)
 		if msgs, undecodable, err = collectMessages(rows, len(ids)); err != nil {
 			return err
 		}
-		msgs = slices.DeleteFunc(msgs, func(m outboxdriver.Message) bool {
-			return slices.ContainsFunc(undecodable, func(f outboxdriver.Failure) bool { return f.ID == m.ID })
-		})
+		msgs = dropFailed(msgs, undecodable)
 		if len(msgs) == 0 {
 			return nil
 		}

@@ -16,3 +16,9 @@ func ClaimSQL(s *Store) string { return s.stmts.claimSelect }
 
 // ClaimTxOptions are the options of the store's own transactions.
 var ClaimTxOptions = readCommitted
+
+// RollBackHeldClaims rolls back every held claim of s
+// (Options.TransactionLeases), as their leases ending would: tests that
+// leave claims unsettled end their transactions with it before their
+// database is dropped.
+func RollBackHeldClaims(s *Store) { allHeldClaims.rollBackHeld(s) }

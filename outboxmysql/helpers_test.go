@@ -47,6 +47,9 @@ func migrated(t *testing.T, db *sql.DB, opts outboxmysql.Options) *outboxmysql.S
 	if err != nil {
 		t.Fatalf("new store: %v", err)
 	}
+	if opts.TransactionLeases {
+		t.Cleanup(func() { outboxmysql.RollBackHeldClaims(s) })
+	}
 	return s
 }
 

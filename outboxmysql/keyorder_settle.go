@@ -11,8 +11,8 @@ import (
 // retriedHeads returns those of ids that a retry under token applies to,
 // and locks them: in key order only those move their keys back in the
 // queue (postponeHeld), and MySQL's UPDATE returns no rows to say which.
-func (s *Store) retriedHeads(ctx context.Context, tx *sql.Tx, token []byte, ids []uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := tx.QueryContext(ctx, idList(s.kstmts.retried, len(ids))+" FOR UPDATE", append([]any{token}, idArgs(ids)...)...)
+func (s *Store) retriedHeads(ctx context.Context, tx *sql.Tx, o owner, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := tx.QueryContext(ctx, o.sql(idList(s.kstmts.retried, len(ids)))+" FOR UPDATE", o.args(idArgs(ids)...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -33,15 +33,15 @@ func (s *Store) retriedHeads(ctx context.Context, tx *sql.Tx, token []byte, ids 
 }
 
 // countOvertaken, in a store that skips dead messages in key order, adds
-// the messages about to be published under token to the overtaken count
+// the messages about to be published by o to the overtaken count
 // of each dead message of their key that comes before them. It runs before
 // the settlement deletes (or keeps) them; elsewhere it does nothing.
-func (s *Store) countOvertaken(ctx context.Context, tx *sql.Tx, token []byte, ids []uuid.UUID) error {
+func (s *Store) countOvertaken(ctx context.Context, tx *sql.Tx, o owner, ids []uuid.UUID) error {
 	if s.kstmts.countOvertaken == "" {
 		return nil
 	}
 	stmt := strings.Replace(s.kstmts.countOvertaken, "#ids#", placeholders(len(ids)), 1)
-	_, err := tx.ExecContext(ctx, stmt, append([]any{token}, idArgs(ids)...)...)
+	_, err := tx.ExecContext(ctx, o.sql(stmt), o.args(idArgs(ids)...)...)
 	return err
 }
 

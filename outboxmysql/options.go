@@ -1,6 +1,8 @@
 package outboxmysql
 
 import (
+	"log/slog"
+
 	"github.com/go-outbox/outbox/internal/sqlident"
 )
 
@@ -46,6 +48,38 @@ type Options struct {
 	// that no consumer applies a later message of the key (OrderCancelled)
 	// before it (OrderPaid).
 	SkipDeadInKeyOrder bool
+	// TransactionLeases makes the Store's claims hold their rows in a
+	// transaction instead of writing a lease into them: a claim locks its
+	// rows (FOR UPDATE) in a transaction that stays open, on a connection
+	// of its own, while the relay publishes them, and the next exchange
+	// records the outcomes in it and commits it; rows it does not list are
+	// left as they were. A message is thus written once between its insert
+	// and its deletion, as in a bare claim-and-delete loop, where a leased
+	// claim writes it twice (measured in docs/benchmarks.md). If the relay
+	// dies, its connection closes and the server rolls the transaction
+	// back: the messages are due again at once, not when a lease runs out.
+	// A relay that hangs loses the claim when the lease ends (the
+	// transaction's context ends, and database/sql rolls it back), and one
+	// cut off from the server by the server's wait_timeout, set to the lease
+	// on the claim's connection.
+	//
+	// The costs: each batch in flight holds a connection of the *sql.DB;
+	// with SetMaxOpenConns, claims hold at most half of them, leaving the
+	// rest to the publisher's own transactions (in-process handlers with an
+	// inbox each need one while their batch's claim holds another), writers
+	// and the relay's probes; a claim that finds no place is leased by its
+	// columns instead, and a warning says so once. Set SetMaxOpenConns, if
+	// at all, to twice the relay's Workers plus a few. Messages in flight
+	// count as pending, not in flight, in Stats and the console, since no
+	// lease is written. Messages leased by columns (outbox.Relay.PublishNow)
+	// are settled as usual. Not with OrderByKey yet: New refuses the
+	// pair. Set it on the relay's Store; writers need nothing. Default
+	// false.
+	TransactionLeases bool
+	// Logger receives what the store handles by itself but an operator must
+	// know of, such as a held claim that found no connection to hold.
+	// Default slog.Default().
+	Logger *slog.Logger
 	// Table is the outbox table, in the *sql.DB's current database. It
 	// must match ^[a-z_][a-z0-9_]*$ and have at most MaxTableLength bytes.
 	// Default TableDefault ("outbox").
@@ -61,6 +95,8 @@ type settings struct {
 
 	orderByKey   bool
 	deadHoldsKey bool // in key order, unless SkipDeadInKeyOrder
+	held         bool // claims held in transactions (TransactionLeases)
+	logger       *slog.Logger
 }
 
 // resolve applies defaults and validates o.
@@ -72,6 +108,13 @@ func (o Options) resolve() (settings, error) {
 	if err := sqlident.Check("outboxmysql.Options.Table", table, MaxTableLength); err != nil {
 		return settings{}, err
 	}
+	if o.TransactionLeases && o.OrderByKey {
+		return settings{}, errHeldWithKeyOrder
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
 	return settings{
 		table:  table,
 		qTable: quote(table),
@@ -79,6 +122,8 @@ func (o Options) resolve() (settings, error) {
 
 		orderByKey:   o.OrderByKey,
 		deadHoldsKey: o.OrderByKey && !o.SkipDeadInKeyOrder,
+		held:         o.TransactionLeases,
+		logger:       logger,
 	}, nil
 }
 

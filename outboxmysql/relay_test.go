@@ -17,9 +17,16 @@ import (
 // through a second Store of it.
 func relayHarness(t *testing.T) relaytest.Harness {
 	t.Helper()
+	return relayHarnessWith(t, outboxmysql.Options{})
+}
+
+// relayHarnessWith is relayHarness for a Store with opts.
+func relayHarnessWith(t *testing.T, opts outboxmysql.Options) relaytest.Harness {
+	t.Helper()
 	name, _ := mysqltest.Database(t)
 	db, statements := mysqltest.Counted(t, name)
-	store := migrated(t, db, outboxmysql.Options{Table: randomTable()})
+	opts.Table = randomTable()
+	store := migrated(t, db, opts)
 	w := newWriter(t, store)
 	return relaytest.Harness{
 		Store:      store,

@@ -18,6 +18,9 @@ type statements struct {
 	insertRow    string // id, topic, key, payload, headers, created_at or NULL, available_at or NULL
 
 	anyDue          string
+	anyDueFree      string // TransactionLeases: passes over held rows
+	leasedTo        string // TransactionLeases: ?1 token, ids: those leased to the token
+	nextDueFree     string // TransactionLeases: µs until the first free rows are due, unleased and leased
 	claimSelect     string // ?1 limit
 	claimUpdate     string // ?1 lease µs, ?2 token, ids
 	settlePublished string // ?1 token, ids
@@ -48,6 +51,27 @@ func newStatements(s settings) statements {
 		// The relay's probe before a transaction: a claim that would find
 		// nothing stays a read that locks nothing.
 		anyDue: sql(`SELECT EXISTS (SELECT 1 FROM {t} WHERE status = 'pending' AND available_at <= {now} AND {unleased})`),
+		// With TransactionLeases, the rows of held claims look due to a
+		// read that locks nothing: the probe and NextDue pass over them as
+		// claims do, with locking reads that skip locked rows (no row: none
+		// due). Outside a transaction each one's locks end with it.
+		anyDueFree: sql(`
+SELECT TRUE FROM {t} WHERE status = 'pending' AND available_at <= {now} AND {unleased}
+ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`),
+		leasedTo: sql(`SELECT id FROM {t} WHERE lease_token = ? AND id IN (`),
+		// NextDue's: µs until the first free unleased row is due, and
+		// until the first free leased one is. A lease ends after its
+		// message was due (claims lease due messages only), so the
+		// earliest lease end is the leased rows' earliest due time but
+		// for an operator's UPDATE of available_at.
+		nextDueFree: sql(`
+SELECT wait FROM (
+	(SELECT TIMESTAMPDIFF(MICROSECOND, {now}, available_at) AS wait FROM {t} WHERE status = 'pending' AND locked_until IS NULL
+	ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+	UNION ALL
+	(SELECT TIMESTAMPDIFF(MICROSECOND, {now}, GREATEST(available_at, locked_until)) FROM {t} WHERE status = 'pending' AND locked_until IS NOT NULL
+	ORDER BY locked_until LIMIT 1 FOR UPDATE SKIP LOCKED)
+) AS d`),
 		// A message is due when available_at has come and no lease is in
 		// force: a lease that ran out leaves it in its old place in the
 		// queue. The claim reads the first entries of the pending index and
@@ -117,6 +141,18 @@ WHERE status = 'dead'`),
 // idList completes a statement that ends with "IN (" for n ids.
 func idList(stmt string, n int) string {
 	return stmt + placeholders(n) + ")"
+}
+
+// deleteByIDSQL deletes n rows by id, one primary key lookup each (the
+// join reads the ids first, STRAIGHT_JOIN, and finds each row by eq_ref),
+// for held claims. A DELETE ... WHERE id IN (...) may scan the table
+// instead where the optimizer finds that cheaper (a small table), and a
+// DELETE, unlike an UPDATE (semi-consistent read), waits for each row it
+// scans that another transaction locks, whether or not it is listed: the
+// settlement of one held claim would wait for another's rows, and two
+// such settlements deadlock, which loses a claim.
+func deleteByIDSQL(s settings, n int) string {
+	return `DELETE o FROM (SELECT ? AS id` + strings.Repeat(" UNION ALL SELECT ?", n-1) + `) AS x STRAIGHT_JOIN ` + s.qTable + ` AS o ON o.id = x.id`
 }
 
 // caseByID returns "CASE id WHEN ? THEN ? ... END" for n ids: one value per

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +27,8 @@ type Store struct {
 	stmts  statements
 	kstmts keyStatements // key order only
 
-	purging atomic.Bool // a PurgePublished of this Store is running
+	purging     atomic.Bool // a PurgePublished of this Store is running
+	warnNoPlace sync.Once   // TransactionLeases: a claim found no connection to hold
 }
 
 // The interfaces Store implements.
@@ -94,6 +97,27 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 		return fmt.Errorf("outboxmysql: exchange on %s (settle %d published, %d retried, %d dead, %d released; claim %d): %w",
 			s.Name(), len(settle.Published), len(settle.Retry), len(settle.Dead), len(settle.Release), claim.Limit, err)
 	}
+	var conn *heldConn // a held claim's, for the next one
+	if prev := allHeldClaims.take(settle.Token); prev != nil {
+		// Whichever store made it, as a lease written into the rows
+		// would be settled by any store of the table.
+		if err := s.settleHeld(ctx, prev, settle); err != nil {
+			return nil, fail(err)
+		}
+		if claim.Limit == 0 || !s.set.held {
+			prev.conn.close()
+			return s.exchangeLeased(ctx, outboxdriver.Settlement{}, claim, fail)
+		}
+		conn, settle = prev.conn, outboxdriver.Settlement{}
+	}
+	if s.set.held {
+		return s.exchangeHeld(ctx, conn, settle, claim, fail)
+	}
+	return s.exchangeLeased(ctx, settle, claim, fail)
+}
+
+// exchangeLeased is SettleAndClaim for claims leased by their columns.
+func (s *Store) exchangeLeased(ctx context.Context, settle outboxdriver.Settlement, claim outboxdriver.Claim, fail func(error) error) ([]outbox.Message, error) {
 	if settle.Empty() {
 		if claim.Limit == 0 {
 			return nil, nil
@@ -176,13 +200,17 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, claim outboxdriver.Claim)
 		}
 		return msgs, nil
 	}
-	msgs = slices.DeleteFunc(msgs, func(m outbox.Message) bool {
-		return slices.ContainsFunc(undecodable, func(f outboxdriver.Failure) bool { return f.ID == m.ID })
-	})
 	if err := s.settle(ctx, tx, outboxdriver.Settlement{Token: claim.Token, Dead: undecodable}); err != nil {
 		return nil, err
 	}
-	return msgs, nil
+	return dropFailed(msgs, undecodable), nil
+}
+
+// dropFailed returns msgs without those failed lists.
+func dropFailed(msgs []outbox.Message, failed []outboxdriver.Failure) []outbox.Message {
+	return slices.DeleteFunc(msgs, func(m outbox.Message) bool {
+		return slices.ContainsFunc(failed, func(f outboxdriver.Failure) bool { return f.ID == m.ID })
+	})
 }
 
 // settle runs one statement per non-empty outcome kind of st, in the
@@ -191,23 +219,63 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, claim outboxdriver.Claim)
 // its rows by primary key and applies only to rows still leased to
 // st.Token.
 func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settlement) error {
-	token := st.Token[:]
+	return s.settleAs(ctx, tx, st, owner{token: st.Token[:]})
+}
+
+// owner is how a settlement's statements find the rows it may change: by
+// their lease token, or, for a claim held in the settlement's transaction
+// (Options.TransactionLeases), by the locks the claim took on them, so the
+// statements leave the token out.
+type owner struct {
+	token []byte
+	held  bool
+}
+
+// heldOwner leaves the token out of statements.
+var heldOwner = owner{held: true}
+
+// leaveOutToken takes the token's condition out of a statement.
+var leaveOutToken = strings.NewReplacer("p.lease_token = ? AND ", "", "lease_token = ? AND ", "")
+
+// sql returns stmt as the owner runs it.
+func (o owner) sql(stmt string) string {
+	if o.held {
+		return leaveOutToken.Replace(stmt)
+	}
+	return stmt
+}
+
+// args returns the arguments of a statement that, but for the owner's
+// token, are rest.
+func (o owner) args(rest ...any) []any {
+	if o.held {
+		return rest
+	}
+	return append([]any{o.token}, rest...)
+}
+
+// settleAs is settle for the rows o owns. A held claim's rows need nothing
+// to be released: they were never changed, and its commit frees them.
+func (s *Store) settleAs(ctx context.Context, tx *sql.Tx, st outboxdriver.Settlement, o owner) error {
 	if len(st.Published) > 0 {
-		if err := s.countOvertaken(ctx, tx, token, st.Published); err != nil {
+		if err := s.countOvertaken(ctx, tx, o, st.Published); err != nil {
 			return err
 		}
-		stmt := s.stmts.settlePublished
-		if st.KeepPublished {
-			stmt = s.stmts.settleKept
+		stmt := idList(s.stmts.settlePublished, len(st.Published))
+		switch {
+		case st.KeepPublished:
+			stmt = idList(s.stmts.settleKept, len(st.Published))
+		case o.held:
+			stmt = deleteByIDSQL(s.set, len(st.Published))
 		}
-		if _, err := tx.ExecContext(ctx, idList(stmt, len(st.Published)), append([]any{token}, idArgs(st.Published)...)...); err != nil {
+		if _, err := tx.ExecContext(ctx, o.sql(stmt), o.args(idArgs(st.Published)...)...); err != nil {
 			return err
 		}
 	}
-	if len(st.Release) > 0 {
+	if len(st.Release) > 0 && !o.held {
 		// Before postponeHeld, so that the rest of a retried head's run
 		// is free when it moves (spec §7).
-		if _, err := tx.ExecContext(ctx, idList(s.stmts.release, len(st.Release)), append([]any{token}, idArgs(st.Release)...)...); err != nil {
+		if _, err := tx.ExecContext(ctx, idList(s.stmts.release, len(st.Release)), o.args(idArgs(st.Release)...)...); err != nil {
 			return err
 		}
 	}
@@ -219,7 +287,7 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settleme
 				ids[i] = r.ID
 			}
 			var err error
-			if retried, err = s.retriedHeads(ctx, tx, token, ids); err != nil {
+			if retried, err = s.retriedHeads(ctx, tx, o, ids); err != nil {
 				return err
 			}
 		}
@@ -233,11 +301,11 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settleme
 		for _, r := range st.Retry {
 			args = append(args, r.ID[:], sqlrow.StorableText(r.Error))
 		}
-		args = append(args, token)
+		args = append(args, o.args()...)
 		for _, r := range st.Retry {
 			args = append(args, r.ID[:])
 		}
-		if _, err := tx.ExecContext(ctx, retrySQL(s.set, n), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, o.sql(retrySQL(s.set, n)), args...); err != nil {
 			return err
 		}
 		if len(retried) > 0 {
@@ -251,11 +319,11 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settleme
 		for _, d := range st.Dead {
 			args = append(args, d.ID[:], sqlrow.StorableText(d.Error))
 		}
-		args = append(args, token)
+		args = append(args, o.args()...)
 		for _, d := range st.Dead {
 			args = append(args, d.ID[:])
 		}
-		if _, err := tx.ExecContext(ctx, deadSQL(s.set, n), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, o.sql(deadSQL(s.set, n)), args...); err != nil {
 			return err
 		}
 	}
@@ -266,6 +334,15 @@ func (s *Store) settle(ctx context.Context, tx *sql.Tx, st outboxdriver.Settleme
 // their old place in the queue, and no attempt is counted.
 func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) error {
 	if len(ids) == 0 {
+		return nil
+	}
+	if claim := allHeldClaims.take(token); claim != nil {
+		return releaseHeld(claim, token, ids)
+	}
+	if s.set.held {
+		if err := s.settleLeasedBesideHeld(ctx, outboxdriver.Settlement{Token: token, Release: ids}); err != nil {
+			return fmt.Errorf("outboxmysql: release %d message(s) in %s: %w", len(ids), s.Name(), err)
+		}
 		return nil
 	}
 	_, err := s.execCount(ctx, idList(s.stmts.release, len(ids)), append([]any{token[:]}, idArgs(ids)...)...)
@@ -282,6 +359,9 @@ func (s *Store) Release(ctx context.Context, token uuid.UUID, ids []uuid.UUID) e
 // first KeyWindow due rows, and answers "due now" if that window is full
 // (docs/design/key-order-claim.md §9).
 func (s *Store) NextDue(ctx context.Context) (time.Duration, bool, error) {
+	if s.set.held {
+		return s.nextDueFree(ctx)
+	}
 	nextDue := s.stmts.nextDue
 	if s.set.orderByKey {
 		nextDue = s.kstmts.nextDue
