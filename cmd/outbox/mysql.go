@@ -69,8 +69,8 @@ func (g *globalFlags) openMySQL(ctx context.Context, raw string, mode storeMode)
 	if mode.watchWAL {
 		return nil, usagef("--watch-wal is for PostgreSQL; a MySQL relay polls adaptively and is woken by writes of its own process")
 	}
-	if mode.txLeases {
-		return nil, usagef("--transaction-leases is for PostgreSQL; a MySQL relay leases its claims by their columns")
+	if mode.txLeases && mode.orderByKey {
+		return nil, usagef("--transaction-leases with --order-by-key: a MySQL relay in key order leases its claims by their columns; leave --transaction-leases out")
 	}
 	cfg, err := mysqlConfig(raw)
 	if err != nil {
@@ -85,7 +85,7 @@ func (g *globalFlags) openMySQL(ctx context.Context, raw string, mode storeMode)
 		_ = db.Close()
 		return nil, fmt.Errorf("connect to MySQL at %s: %w", cfg.Addr, err)
 	}
-	opts := outboxmysql.Options{Table: g.table, OrderByKey: mode.orderByKey, SkipDeadInKeyOrder: mode.skipDead}
+	opts := outboxmysql.Options{Table: g.table, OrderByKey: mode.orderByKey, SkipDeadInKeyOrder: mode.skipDead, TransactionLeases: mode.txLeases}
 	store, err := outboxmysql.New(db, opts)
 	if err != nil {
 		_ = db.Close()

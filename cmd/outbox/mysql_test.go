@@ -55,32 +55,46 @@ func TestMySQLCLIMigrateSendStatusAndRelay(t *testing.T) {
 		t.Fatalf("status printed %q, want 1 pending in events", out)
 	}
 
-	// A relay process publishes it (to stdout, the default publisher).
+	// A relay process publishes it (to stdout, the default publisher),
+	// leasing its claims by their columns, then one holding them in
+	// transactions publishes the next.
 	bin, err := buildCLI()
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay := exec.Command(bin, with("relay", "--log-level", "warn")...)
-	var out strings.Builder
-	relay.Stdout = &out
-	if err := relay.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = relay.Process.Kill(); _ = relay.Wait() }()
 	store, err := outboxmysql.New(db, outboxmysql.Options{Table: "events"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 30*time.Second, "the relay to publish the message", func() bool {
-		st, err := store.Stats(t.Context())
-		return err == nil && st.Pending == 0
-	})
-	_ = relay.Process.Signal(syscall.SIGTERM)
-	if err := relay.Wait(); err != nil {
-		t.Fatalf("relay: %v", err)
+	for i, flags := range [][]string{nil, {"--transaction-leases"}} {
+		if i > 0 {
+			text := strings.TrimSpace(mustCLI(t, with("send", "--topic", "orders.created", "--key", "o-1", "--payload", `{"id":2}`)...))
+			if id, err = uuid.Parse(text); err != nil {
+				t.Fatalf("send printed %q, want a message id", text)
+			}
+		}
+		relay := exec.Command(bin, with(append([]string{"relay", "--log-level", "warn"}, flags...)...)...)
+		var out strings.Builder
+		relay.Stdout = &out
+		if err := relay.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 30*time.Second, "the relay to publish the message", func() bool {
+			st, err := store.Stats(t.Context())
+			return err == nil && st.Pending == 0
+		})
+		_ = relay.Process.Signal(syscall.SIGTERM)
+		if err := relay.Wait(); err != nil {
+			t.Fatalf("relay %v: %v", flags, err)
+		}
+		if !strings.Contains(out.String(), id.String()) {
+			t.Fatalf("relay %v printed %q, want message %s", flags, out.String(), id)
+		}
 	}
-	if !strings.Contains(out.String(), id.String()) {
-		t.Fatalf("relay printed %q, want message %s", out.String(), id)
+
+	code, _, errOut := cli(t, with("relay", "--transaction-leases", "--order-by-key")...)
+	if code != 2 || !strings.Contains(errOut, "--transaction-leases with --order-by-key") {
+		t.Fatalf("relay --transaction-leases --order-by-key: exit %d, %q; want a usage error naming both flags", code, errOut)
 	}
 }
 
