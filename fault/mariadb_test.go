@@ -188,6 +188,16 @@ func TestFaultMariaDBRelayKilledTenTimesInKeyOrder(t *testing.T) {
 	s.killRelaysWhileWriting(20000, 10)
 }
 
+// TestFaultMariaDBRelayKilledWithTransactionLeases is
+// TestFaultMariaDBRelayKilledTenTimesInKeyOrder with claims held in
+// transactions (--transaction-leases), which MySQL has without key order
+// only: a killed relay's connections close, the server rolls its claims
+// back, and the relays publish those messages again, none lost.
+func TestFaultMariaDBRelayKilledWithTransactionLeases(t *testing.T) {
+	s := newMariaDBScenario(t, "MariaDB relay SIGKILL x5, 20k messages, 2 relays, transaction leases")
+	s.killRelays(20000, 5, "--transaction-leases")
+}
+
 // TestFaultMariaDBRestartedMidRun is TestFaultDatabaseRestartedMidRun on
 // MariaDB: the server shut down under running writers and relays in key
 // order, and started again on its port two seconds later.

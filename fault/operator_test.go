@@ -50,6 +50,7 @@ func TestFaultOperatorUpdatesAndVacuumWhileRelaysAreKilled(t *testing.T) {
 			s := newScenario(t, "operator UPDATE+VACUUM, relay SIGKILL x4, 10k msgs, webhook, key order, "+tc.name)
 			s.toWebhook(10)
 			op := startOperator(t, s)
+			s.ordered = true
 			s.writeAndKillRelays(messages, kills, append([]string{"--backoff-base", "200ms", "--backoff-max", "500ms", "--max-attempts", "10000"}, tc.flags...)...)
 			st := op.stop()
 			note := fmt.Sprintf("  %s: %s", s.name, st)
