@@ -21,10 +21,12 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/jackc/pgio v1.0.0 // indirect
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
@@ -44,6 +46,8 @@ require (
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/go-outbox/outbox/internal/mysqltest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxmysql v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxotel v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxsqlite v0.0.0-00010101000000-000000000000
 	github.com/google/go-tpm v0.9.8 // indirect
@@ -88,3 +92,7 @@ replace github.com/go-outbox/outbox/internal/kafkatest => ../internal/kafkatest
 replace github.com/go-outbox/outbox/outboxsqlite => ../outboxsqlite
 
 replace github.com/go-outbox/outbox/outboxotel => ../outboxotel
+
+replace github.com/go-outbox/outbox/outboxmysql => ../outboxmysql
+
+replace github.com/go-outbox/outbox/internal/mysqltest => ../internal/mysqltest
