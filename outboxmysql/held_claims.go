@@ -24,10 +24,18 @@ import (
 // claims pass over them because they are locked (SKIP LOCKED), and reads
 // that lock nothing see them pending. Whoever takes a claim out of the map
 // owns its connection. A claim never settled is rolled back when its lease
-// ends: its transaction's context ends then, and database/sql rolls it back
-// and closes the connection; so does the server when the relay's process
-// dies (the connection closes) or stops talking to it (wait_timeout, set
-// to the lease on the claim's connection).
+// ends: its transaction's context ends then, and database/sql rolls it
+// back (and the expiry timer gives the connection back); so does the
+// server when the relay's process dies (the connection closes) or stops
+// talking to it (wait_timeout, set to the lease on the claim's
+// connection).
+//
+// A claim's locking read of the pending index keeps, on MariaDB, its lock
+// on the index entry of a row it passed over because another transaction
+// had locked the row by its primary key (a claim by id, an operator's
+// UPDATE by id), and on the entry just past the due rows it read: until
+// the claim ends, other claims pass over such a row too, and a change of
+// its due time or status waits. Such waits last one publish at most.
 //
 // The claims of every Store of the process are kept together, by token, so
 // that any Store of the table settles or releases a claim, whichever one
@@ -109,21 +117,21 @@ func heldPlacesOf(db *sql.DB) chan struct{} {
 // put keeps claim under token until it is taken or its lease ends.
 func (h *heldClaims) put(token uuid.UUID, claim *heldClaim) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.claims == nil {
 		h.claims = map[uuid.UUID]*heldClaim{}
 	}
-	if old := h.claims[token]; old != nil && old != claim {
-		// A token claimed twice: the first claim would be out of reach.
-		old.expiry.Stop()
-		old.rollBack()
-	}
+	old := h.claims[token]
 	h.claims[token] = claim
 	claim.expiry = time.AfterFunc(time.Until(claim.deadline), func() {
 		if h.remove(token, claim) {
 			claim.rollBack()
 		}
 	})
+	h.mu.Unlock()
+	if old != nil && old != claim && old.expiry.Stop() {
+		// A token claimed twice: the first claim would be out of reach.
+		old.rollBack()
+	}
 }
 
 // remove removes token's claim if it is claim, and reports whether it was.

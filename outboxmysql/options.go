@@ -72,7 +72,10 @@ type Options struct {
 	// at all, to twice the relay's Workers plus a few. Messages in flight
 	// count as pending, not in flight, in Stats and the console, since no
 	// lease is written. Messages leased by columns (outbox.Relay.PublishNow)
-	// are settled as usual. Not with OrderByKey yet: New refuses the
+	// are settled as usual. A held settlement that fails (a lost
+	// connection, say) cannot be tried again: the batch's messages are due
+	// again and published again, where a leased claim's settlement is
+	// retried under its lease. Not with OrderByKey yet: New refuses the
 	// pair. Set it on the relay's Store; writers need nothing. Default
 	// false.
 	TransactionLeases bool

@@ -1,7 +1,10 @@
 package outboxmysql
 
 import (
+	"encoding/hex"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // statements holds the SQL text of a table, built once from validated
@@ -20,10 +23,11 @@ type statements struct {
 	anyDue          string
 	anyDueFree      string // TransactionLeases: passes over held rows
 	leasedTo        string // TransactionLeases: ?1 token, ids: those leased to the token
+	deleteByID      string // TransactionLeases: ?1 JSON array of hex ids
 	nextDueFree     string // TransactionLeases: µs until the first free rows are due, unleased and leased
 	claimSelect     string // ?1 limit
 	claimUpdate     string // ?1 lease µs, ?2 token, ids
-	settlePublished string // ?1 token, ids
+	settlePublished string // ?1 JSON array of hex ids, ?2 token
 	settleKept      string // ?1 token, ids
 	release         string // ?1 token, ids
 	nextDue         string
@@ -58,9 +62,37 @@ func newStatements(s settings) statements {
 		anyDueFree: sql(`
 SELECT TRUE FROM {t} WHERE status = 'pending' AND available_at <= {now} AND {unleased}
 ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`),
+		// A held claim's published rows, deleted by one primary key
+		// lookup each, without a token (the claim's locks make them its
+		// own): the ids come from a table built from the JSON array
+		// of their hex strings (?1, see hexIDList; JSON_TABLE is in MariaDB
+		// from 10.6 and MySQL from 8.0.4, as SKIP LOCKED nearly is), and
+		// the join reads them first (STRAIGHT_JOIN) and finds each row by
+		// eq_ref. A DELETE ... WHERE id IN (...) may scan the table
+		// instead where the optimizer finds that cheaper (a small table),
+		// and a DELETE, unlike an UPDATE (semi-consistent read), waits for
+		// each row it scans that another transaction locks, listed or
+		// not: the settlement of one held claim would wait for another's
+		// rows, and two such settlements deadlock, which loses a claim.
+		deleteByID: sql(`
+DELETE o FROM JSON_TABLE(?, '$[*]' COLUMNS (h CHAR(32) PATH '$')) AS x
+STRAIGHT_JOIN {t} AS o ON o.id = UNHEX(x.h)`),
+		// The published settlement of a leased claim: the same lookups,
+		// of the rows still leased to the token (?2). As a scan, it would
+		// wait for every row a held claim locks, or another claim.
+		settlePublished: sql(`
+DELETE o FROM JSON_TABLE(?, '$[*]' COLUMNS (h CHAR(32) PATH '$')) AS x
+STRAIGHT_JOIN {t} AS o ON o.id = UNHEX(x.h)
+WHERE o.lease_token = ?`),
 		leasedTo: sql(`SELECT id FROM {t} WHERE lease_token = ? AND id IN (`),
 		// NextDue's: µs until the first free unleased row is due, and
-		// until the first free leased one is. A lease ends after its
+		// until the first free leased one is. Both read the leased index,
+		// not the pending index that claims lock: a held claim keeps a
+		// lock on the pending entry just past the due rows it read, which
+		// a read of that index would pass over, and report the row after
+		// it.
+		//
+		// A lease ends after its
 		// message was due (claims lease due messages only), so the
 		// earliest lease end is the leased rows' earliest due time but
 		// for an operator's UPDATE of available_at.
@@ -89,7 +121,7 @@ FOR UPDATE SKIP LOCKED`),
 		claimUpdate: sql(`
 UPDATE {t} SET locked_until = {now} + INTERVAL ? MICROSECOND, lease_token = ?
 WHERE status = 'pending' AND id IN (`),
-		settlePublished: sql(`DELETE FROM {t} WHERE lease_token = ? AND id IN (`),
+
 		settleKept: sql(`
 UPDATE {t} SET status = 'published', published_at = {now}, lease_token = NULL, locked_until = NULL
 WHERE lease_token = ? AND id IN (`),
@@ -143,16 +175,22 @@ func idList(stmt string, n int) string {
 	return stmt + placeholders(n) + ")"
 }
 
-// deleteByIDSQL deletes n rows by id, one primary key lookup each (the
-// join reads the ids first, STRAIGHT_JOIN, and finds each row by eq_ref),
-// for held claims. A DELETE ... WHERE id IN (...) may scan the table
-// instead where the optimizer finds that cheaper (a small table), and a
-// DELETE, unlike an UPDATE (semi-consistent read), waits for each row it
-// scans that another transaction locks, whether or not it is listed: the
-// settlement of one held claim would wait for another's rows, and two
-// such settlements deadlock, which loses a claim.
-func deleteByIDSQL(s settings, n int) string {
-	return `DELETE o FROM (SELECT ? AS id` + strings.Repeat(" UNION ALL SELECT ?", n-1) + `) AS x STRAIGHT_JOIN ` + s.qTable + ` AS o ON o.id = x.id`
+// hexIDList is ids as a JSON array of their hex strings, the parameter of
+// statements.deleteByID.
+func hexIDList(ids []uuid.UUID) string {
+	var b strings.Builder
+	b.Grow(len(ids)*35 + 2)
+	b.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(hex.EncodeToString(id[:]))
+		b.WriteByte('"')
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 // caseByID returns "CASE id WHEN ? THEN ? ... END" for n ids: one value per

@@ -79,6 +79,15 @@ func (s *Store) DB() *sql.DB { return s.db }
 // LOCKED and leases them. A deadlock or lock wait timeout runs the whole
 // transaction again (see inTx).
 //
+// A settlement of a claim held in a transaction (TransactionLeases, by a
+// Store of any mode) is recorded in that transaction, which commits before
+// the next claim begins: an error may then come after the settlement was
+// recorded, and sending it again records nothing more. If the held
+// transaction fails, or its lease has ended, nothing of the claim is
+// recorded and its messages are due again (published again, as after a
+// lapsed lease); a settlement sent after that records nothing and reports
+// no error, as one under a token whose lease ran out.
+//
 // A claim with nothing to settle first asks, without a transaction, whether
 // any message is due: an idle relay that is woken needlessly only reads.
 //
@@ -261,14 +270,16 @@ func (s *Store) settleAs(ctx context.Context, tx *sql.Tx, st outboxdriver.Settle
 		if err := s.countOvertaken(ctx, tx, o, st.Published); err != nil {
 			return err
 		}
-		stmt := idList(s.stmts.settlePublished, len(st.Published))
+		var err error
 		switch {
 		case st.KeepPublished:
-			stmt = idList(s.stmts.settleKept, len(st.Published))
+			_, err = tx.ExecContext(ctx, o.sql(idList(s.stmts.settleKept, len(st.Published))), o.args(idArgs(st.Published)...)...)
 		case o.held:
-			stmt = deleteByIDSQL(s.set, len(st.Published))
+			_, err = tx.ExecContext(ctx, s.stmts.deleteByID, hexIDList(st.Published))
+		default:
+			_, err = tx.ExecContext(ctx, s.stmts.settlePublished, hexIDList(st.Published), o.token)
 		}
-		if _, err := tx.ExecContext(ctx, o.sql(stmt), o.args(idArgs(st.Published)...)...); err != nil {
+		if err != nil {
 			return err
 		}
 	}

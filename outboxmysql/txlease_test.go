@@ -3,9 +3,16 @@ package outboxmysql_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/go-outbox/outbox"
 
 	"github.com/go-outbox/outbox/internal/mysqltest"
+	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxmysql"
 	"github.com/go-outbox/outbox/relaytest"
 	"github.com/go-outbox/outbox/storetest"
@@ -71,5 +78,49 @@ func countHeld(db *sql.DB, table string) func(ctx context.Context) (int64, error
 			free++
 		}
 		return all - free, rows.Err()
+	}
+}
+
+// TestALeasedSettlementOnASmallTableDoesNotWaitForAHeldClaimOfOtherRows:
+// on a table of ten rows the optimizer would rather scan than look ten ids
+// up, and a DELETE that scans waits for every row another transaction
+// locks. Messages leased by their columns beside a held claim (as
+// Relay.PublishNow leases them) are settled at once, not when the held
+// claim ends.
+func TestALeasedSettlementOnASmallTableDoesNotWaitForAHeldClaimOfOtherRows(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, outboxmysql.Options{TransactionLeases: true})
+	w := newWriter(t, store)
+	msgs := make([]*outbox.Message, 10)
+	for i := range msgs {
+		msgs[i] = &outbox.Message{Topic: "orders.small", Key: fmt.Sprint("k", i), Payload: []byte("x")}
+	}
+	ctx := t.Context()
+	if err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatal(err)
+	}
+	held, err := store.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 2, Lease: time.Minute, Token: uuid.New()})
+	if err != nil || len(held) != 2 {
+		t.Fatalf("held claim: %d messages, %v; want 2", len(held), err)
+	}
+	var others []uuid.UUID
+	for _, m := range msgs {
+		if m.ID != held[0].ID && m.ID != held[1].ID {
+			others = append(others, m.ID)
+		}
+	}
+	token := uuid.New()
+	leased, err := store.ClaimIDs(ctx, others, outboxdriver.Claim{Lease: time.Minute, Token: token})
+	if err != nil || len(leased) != len(others) {
+		t.Fatalf("claim by id: %d messages, %v; want %d", len(leased), err, len(others))
+	}
+	settleCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := store.SettleAndClaim(settleCtx, outboxdriver.Settlement{Token: token, Published: others}, outboxdriver.Claim{}); err != nil {
+		t.Fatalf("settling %d messages leased by their columns beside a held claim of 2 others: %v; want it done at once", len(others), err)
+	}
+	st, err := store.Stats(ctx)
+	if err != nil || st.Pending != 2 {
+		t.Fatalf("stats: %+v, %v; want the 2 held messages pending, the rest gone", st, err)
 	}
 }
