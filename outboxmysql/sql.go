@@ -10,8 +10,10 @@ import (
 // statements holds the SQL text of a table, built once from validated
 // names. Statements that take a list of ids end with "IN (" and are
 // completed per call with one placeholder per id (idList): MySQL has no
-// array parameter, and MySQL and MariaDB build tables from JSON
-// differently, so a list of placeholders is what both accept.
+// array parameter. The DELETEs of settlements, which must look each row up
+// by its primary key (see deleteByID), join a table that JSON_TABLE builds
+// from one parameter instead: a JSON array of hex strings, with a CHAR
+// column, the plainest form MySQL and MariaDB both read alike.
 //
 // Every time is the database's: UTC_TIMESTAMP(6) is the same throughout a
 // statement, and a DATETIME holds no time zone, so the store compares and
