@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -193,3 +194,75 @@ func BenchmarkMySQLWriterCommits(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "commits/s")
 }
+
+// BenchmarkMySQLWriterOverhead is the writer-overhead measurement of
+// docs/benchmarks.md on MariaDB: a business transaction (BEGIN, insert an
+// order row, ..., COMMIT, through Store.RunInTx) on one connection, each
+// kind mysqlOverheadRounds times per iteration, the kinds interleaved;
+// it reports each kind's p50 and p95 in milliseconds.
+func BenchmarkMySQLWriterOverhead(b *testing.B) {
+	db, store := mysqlSetup(b, outboxmysql.Options{})
+	db.SetMaxOpenConns(1)
+	for _, ddl := range []string{
+		`CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, customer VARCHAR(64) NOT NULL, total BIGINT NOT NULL)`,
+		`CREATE TABLE plain (id BIGINT AUTO_INCREMENT PRIMARY KEY, payload VARBINARY(300) NOT NULL)`,
+	} {
+		if _, err := db.Exec(ddl); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w, err := outbox.NewWriter[*sql.Tx](store, outbox.WriterConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := payloadOf(256)
+	messages := func(n int) []*outbox.Message {
+		msgs := make([]*outbox.Message, n)
+		for i := range msgs {
+			msgs[i] = &outbox.Message{Topic: "orders.created", Key: "order", Payload: payload}
+		}
+		return msgs
+	}
+	kinds := []struct {
+		name string
+		then func(ctx context.Context, tx *sql.Tx) error
+	}{
+		{"order", func(context.Context, *sql.Tx) error { return nil }},
+		{"order+plain", func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO plain (payload) VALUES (?)`, payload)
+			return err
+		}},
+		{"order+1msg", func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, messages(1)...) }},
+		{"order+10msgs", func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, messages(10)...) }},
+	}
+	took := make([][]time.Duration, len(kinds))
+	ctx := context.Background()
+	for range b.N {
+		for round := range mysqlOverheadRounds {
+			for j := range kinds {
+				k := kinds[(round+j)%len(kinds)]
+				start := time.Now()
+				err := store.RunInTx(ctx, func(tx *sql.Tx) error {
+					if _, err := tx.ExecContext(ctx, `INSERT INTO orders (customer, total) VALUES (?, ?)`, "customer", 4200); err != nil {
+						return err
+					}
+					return k.then(ctx, tx)
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				i := (round + j) % len(kinds)
+				took[i] = append(took[i], time.Since(start))
+			}
+		}
+	}
+	for i, k := range kinds {
+		slices.Sort(took[i])
+		b.ReportMetric(float64(percentile(took[i], 0.5).Microseconds())/1000, "ms-p50-"+k.name)
+		b.ReportMetric(float64(percentile(took[i], 0.95).Microseconds())/1000, "ms-p95-"+k.name)
+	}
+}
+
+// mysqlOverheadRounds is how many transactions of each kind an iteration
+// of BenchmarkMySQLWriterOverhead commits.
+const mysqlOverheadRounds = 2000
