@@ -64,8 +64,7 @@ type parkGate interface {
 // Durable or Name) whose handler fails on poison.
 type newParkingDB func(t *testing.T, consumer string, poison uuid.UUID) parkingDB
 
-// consumerDB (PostgreSQL) fits the bodies below too; its own tests
-// (parked_nats_test.go and the others) predate them.
+// consumerDB (PostgreSQL) fits the bodies below too (parked_pg_test.go).
 var _ parkingDB = (*consumerDB)(nil)
 
 func (c *consumerDB) parkStore() outbox.ParkStore { return c.table }
@@ -362,5 +361,23 @@ func testKafkaParkedAndRetried(t *testing.T, newDB newParkingDB) {
 	stop()
 	if n := db.tried(poison); n != 4 {
 		t.Fatalf("the parked record reached the handler %d times in all; want MaxDeliver = 3 and the retry", n)
+	}
+}
+
+// publishKafka publishes msgs to topic, failing the test on any error.
+func publishKafka(t *testing.T, c *kafkatest.Cluster, topic string, msgs []outbox.Message) {
+	t.Helper()
+	for i := range msgs {
+		msgs[i].Topic = topic
+	}
+	p, err := outboxkafka.Open(c.Seeds(), outboxkafka.Config{Logger: relaytest.TestLogger(t)})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer func() { _ = p.Close() }()
+	for i, err := range p.Publish(ctxFor(t, 30*time.Second), msgs) {
+		if err != nil {
+			t.Fatalf("publish %s: %v", msgs[i].ID, err)
+		}
 	}
 }
