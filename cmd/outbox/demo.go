@@ -82,9 +82,13 @@ command line says so.`,
 // and drops tables, so it runs on a database only when its command line
 // names one. "" is the SQLite demo.
 func demoDatabase(cmd *cobra.Command, database string) (string, error) {
+	flag := "--database"
 	if f := cmd.Flag("database-url"); f != nil && f.Changed {
 		if database != "" && database != f.Value.String() {
 			return "", usagef("--database and --database-url name different databases; give the demo one of them")
+		}
+		if database == "" {
+			flag = "--database-url"
 		}
 		database = f.Value.String()
 	}
@@ -101,8 +105,8 @@ func demoDatabase(cmd *cobra.Command, database string) (string, error) {
 		if scheme == "" {
 			why = "this is not a URL"
 		}
-		return "", usagef("--database %s: the demo runs on MySQL or MariaDB, %s, or on SQLite in a temporary directory with --database left out; %s",
-			shown, mysqlURLForm, why)
+		return "", usagef("%s %s: the demo runs on MySQL or MariaDB, %s, or on SQLite in a temporary directory with %s left out; %s",
+			flag, shown, mysqlURLForm, flag, why)
 	}
 	return database, nil
 }

@@ -6,7 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,18 +14,26 @@ import (
 )
 
 // The demo on MySQL or MariaDB runs in the user's database, beside their
-// own tables, and must never change one of them. So all its tables are
-// named outbox_demo or outbox_demo_*, and each carries demoTableMark as its
-// comment. A run
+// own tables, and must never change one of them. It touches only the
+// tables of demoMySQLTables, all named outbox_demo or outbox_demo_*, each
+// marked with demoTableMark as its comment once made, and demoRunTable,
+// which a run makes, marked, before any other: so a run that was killed
+// before it could mark its tables leaves a marked record that it was
+// there. A run
 //
 //   - holds a named lock on its database, so that two demos never drop
 //     each other's tables;
-//   - stops, touching nothing, if a table named like the demo's lacks the
-//     mark: it is someone else's;
-//   - drops the marked ones, which an earlier run kept (--keep) or could
-//     not drop (killed): they hold nothing but the demo's rows;
-//   - creates its tables afresh and marks them;
-//   - drops them at the end, unless --keep.
+//   - stops, touching nothing, if a table of the list is not marked and no
+//     earlier run's record is there: it is someone else's;
+//   - drops the others, which an earlier run kept (--keep) or could not
+//     drop (killed): they hold nothing but the demo's rows;
+//   - makes its record, creates its tables afresh and marks them;
+//   - drops them, and then its record, at the end, unless --keep.
+//
+// A table named like the demo's but not in the list (a user's copy of a
+// kept table, say) is never touched. The list is the migrations' and the
+// inbox's tables: TestDemoOnMySQLTouchesOnlyItsOwnTables fails if a
+// release adds one.
 //
 // It drops and creates rather than empties the tables so that every run
 // starts from the same state: the migrations all run, the inbox holds no
@@ -33,8 +41,18 @@ import (
 // of the CLI is not reused with an older schema.
 const (
 	demoMySQLTable = "outbox_demo"
+	demoRunTable   = "outbox_demo_run"
 	demoTableMark  = "outbox demo table: the next outbox demo on this database drops it"
 )
+
+// demoMySQLTables are the tables a run makes besides its record.
+var demoMySQLTables = []string{
+	demoMySQLTable, // and its side tables, made by outboxmysql's migrations:
+	demoMySQLTable + "_migrations", demoMySQLTable + "_relays", demoMySQLTable + "_attempts",
+	demoMySQLTable + "_paused", demoMySQLTable + "_minutes",
+	demoMySQLTable + "_inbox", demoMySQLTable + "_inbox_outgoing", demoMySQLTable + "_inbox_parked",
+	demoMySQLTable + "_orders", demoMySQLTable + "_revenue",
+}
 
 // openDemoMySQL opens the MySQL or MariaDB database raw names, as the other
 // commands open it, and makes the demo's tables there.
@@ -70,12 +88,15 @@ func openDemoMySQL(ctx context.Context, raw string, keep bool) (_ *demoDB, err e
 	if err != nil {
 		return nil, err
 	}
-	// From here on, every table named like the demo's is this run's.
+	// From here on, every table of the list is this run's.
 	defer func() {
 		if err != nil && !keep {
 			dropDemoTables(db)
 		}
 	}()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE `"+demoRunTable+"` (started_at DATETIME NOT NULL) ENGINE = InnoDB COMMENT = '"+demoTableMark+"'"); err != nil {
+		return nil, err
+	}
 	if _, err := b.migrator.Up(ctx); err != nil {
 		return nil, err
 	}
@@ -137,7 +158,9 @@ func openDemoMySQL(ctx context.Context, raw string, keep bool) (_ *demoDB, err e
 // The name is a hash: lock names are limited to 64 characters, database
 // names are not much shorter.
 func lockDemoDatabase(ctx context.Context, db *sql.DB, database string) (func(), error) {
-	sum := sha256.Sum256([]byte(database))
+	// Lower case: where the server ignores the case of names
+	// (lower_case_table_names), App and app are one database.
+	sum := sha256.Sum256([]byte(strings.ToLower(database)))
 	name := "outbox_demo:" + hex.EncodeToString(sum[:16])
 	conn, err := db.Conn(ctx)
 	if err != nil {
@@ -160,22 +183,23 @@ func lockDemoDatabase(ctx context.Context, db *sql.DB, database string) (func(),
 	}, nil
 }
 
-// demoTable is a table of the database named like the demo's.
+// demoTable is a table (or view) of the database with the name of one of
+// the demo's.
 type demoTable struct {
 	name   string
 	marked bool // it carries demoTableMark
 }
 
-// plainName matches the table names the demo quotes into its statements;
-// a table named like the demo's with any other character is not its own.
-var plainName = regexp.MustCompile(`^[a-z0-9_]+$`)
-
-// demoTables lists the tables (and views) of db's database named like the
-// demo's: outbox_demo and outbox_demo_*.
+// demoTables lists the tables (and views) of db's database that have the
+// name of one of the demo's, its record included.
 func demoTables(ctx context.Context, db *sql.DB) ([]demoTable, error) {
+	names := append([]string{demoRunTable}, demoMySQLTables...)
+	args := make([]any, len(names))
+	for i, n := range names {
+		args[i] = n
+	}
 	rows, err := db.QueryContext(ctx, `SELECT TABLE_NAME, COALESCE(TABLE_COMMENT, '') FROM information_schema.TABLES
-		WHERE TABLE_SCHEMA = DATABASE() AND (TABLE_NAME = ? OR TABLE_NAME LIKE ? ESCAPE '!') ORDER BY TABLE_NAME`,
-		demoMySQLTable, strings.ReplaceAll(demoMySQLTable, "_", "!_")+"!_%")
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME IN (?`+strings.Repeat(", ?", len(names)-1)+`) ORDER BY TABLE_NAME`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list the demo's tables: %w", err)
 	}
@@ -187,23 +211,27 @@ func demoTables(ctx context.Context, db *sql.DB) ([]demoTable, error) {
 		if err := rows.Scan(&t.name, &comment); err != nil {
 			return nil, err
 		}
-		t.marked = comment == demoTableMark && plainName.MatchString(t.name)
+		// information_schema may compare names without case: a table
+		// named like the demo's in other letters is someone else's.
+		t.marked = comment == demoTableMark && slices.Contains(names, t.name)
 		all = append(all, t)
 	}
 	return all, rows.Err()
 }
 
 // dropEarlierDemo drops the tables an earlier demo left, and returns their
-// names; it refuses, dropping none, if a table named like the demo's is
-// not marked as the demo's.
+// names; it refuses, dropping none, if a table of the demo's is not marked
+// as the demo's while no earlier run's record is there.
 func dropEarlierDemo(ctx context.Context, db *sql.DB, database string) ([]string, error) {
 	all, err := demoTables(ctx, db)
 	if err != nil {
 		return nil, err
 	}
+	recorded := slices.ContainsFunc(all, func(t demoTable) bool { return t.name == demoRunTable && t.marked })
 	var foreign, earlier []string
 	for _, t := range all {
-		if t.marked {
+		// A run killed before it marked its tables left its record.
+		if t.marked || recorded && t.name != demoRunTable && slices.Contains(demoMySQLTables, t.name) {
 			earlier = append(earlier, t.name)
 		} else {
 			foreign = append(foreign, t.name)
@@ -217,10 +245,20 @@ func dropEarlierDemo(ctx context.Context, db *sql.DB, database string) ([]string
 		return nil, fmt.Errorf("database %s already has %s, named like the demo's tables (%s, %s_*) but not marked as the demo's; the demo changes no table of yours, so it stops: rename or drop %s, or give --database another database",
 			database, strings.Join(foreign, ", "), demoMySQLTable, demoMySQLTable, them)
 	}
-	if err := dropTables(ctx, db, earlier); err != nil {
+	// The record last: a run killed while dropping finds it still.
+	if err := dropTables(ctx, db, withRecordLast(earlier)); err != nil {
 		return nil, err
 	}
 	return earlier, nil
+}
+
+// withRecordLast returns names with demoRunTable, if there, moved to the end.
+func withRecordLast(names []string) []string {
+	out := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == demoRunTable })
+	if len(out) < len(names) {
+		out = append(out, demoRunTable)
+	}
+	return out
 }
 
 // markDemoTables marks the demo's tables that the migrations created.
@@ -232,7 +270,7 @@ func markDemoTables(ctx context.Context, db *sql.DB) error {
 		return err
 	}
 	for _, t := range all {
-		if t.marked || !plainName.MatchString(t.name) {
+		if t.marked || !slices.Contains(demoMySQLTables, t.name) {
 			continue
 		}
 		if _, err := db.ExecContext(ctx, "ALTER TABLE `"+t.name+"` COMMENT = '"+demoTableMark+"'"); err != nil {
@@ -242,32 +280,21 @@ func markDemoTables(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// dropDemoTables drops the demo's tables at the end of a run: all those
-// named like them, since the run began by refusing a database with one not
-// its own. An error cannot change the demo's result; the next run drops
+// dropDemoTables drops the demo's tables at the end of a run, and then its
+// record. An error cannot change the demo's result; the next run drops
 // what is left.
 func dropDemoTables(db *sql.DB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	all, err := demoTables(ctx, db)
-	if err != nil {
-		return
-	}
-	var names []string
-	for _, t := range all {
-		if plainName.MatchString(t.name) {
-			names = append(names, t.name)
-		}
-	}
-	_ = dropTables(ctx, db, names)
+	_ = dropTables(ctx, db, append(slices.Clone(demoMySQLTables), demoRunTable))
 }
 
+// dropTables drops names, one statement each, in order.
 func dropTables(ctx context.Context, db *sql.DB, names []string) error {
-	if len(names) == 0 {
-		return nil
-	}
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+strings.Join(names, "`, `")+"`"); err != nil {
-		return fmt.Errorf("drop the demo's tables %s: %w", strings.Join(names, ", "), err)
+	for _, name := range names {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+name+"`"); err != nil {
+			return fmt.Errorf("drop the demo's table %s: %w", name, err)
+		}
 	}
 	return nil
 }

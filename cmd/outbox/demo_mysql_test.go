@@ -93,3 +93,68 @@ func TestDemoOnMySQLRefusesToRunWhileAnotherDemoRunsOnTheSameDatabase(t *testing
 		t.Errorf("the refused demo created %v; want nothing", left)
 	}
 }
+
+// TestDemoOnMySQLTouchesOnlyItsOwnTables: a kept run leaves exactly the
+// demo's list of tables (a release that adds a side table must add it to
+// demoMySQLTables, or the demo would leave it behind), and a user's copy of
+// one, which carries the demo's mark (CREATE TABLE ... LIKE copies the
+// comment), outlives the next run.
+func TestDemoOnMySQLTouchesOnlyItsOwnTables(t *testing.T) {
+	t.Parallel()
+	raw, db := mysqlURL(t)
+	code, out, errOut := cli(t, "demo", "--database", raw, "--keep", "--dir", t.TempDir())
+	requireDemoPassed(t, code, out, errOut)
+	var made []string
+	rows, err := db.QueryContext(t.Context(), `SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() ORDER BY TABLE_NAME`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, name)
+	}
+	rows.Close()
+	want := slices.Sorted(slices.Values(append([]string{demoRunTable}, demoMySQLTables...)))
+	if !slices.Equal(made, want) {
+		t.Fatalf("a kept demo left the tables %v; want exactly %v (add a new table to demoMySQLTables)", made, want)
+	}
+
+	for _, stmt := range []string{"CREATE TABLE outbox_demo_orders_backup LIKE outbox_demo_orders", "INSERT INTO outbox_demo_orders_backup SELECT * FROM outbox_demo_orders"} {
+		if _, err := db.ExecContext(t.Context(), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut = cli(t, "demo", "--database", raw, "--dir", t.TempDir())
+	requireDemoPassed(t, code, out, errOut)
+	var n int
+	if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM outbox_demo_orders_backup").Scan(&n); err != nil || n != 31 {
+		t.Fatalf("the user's outbox_demo_orders_backup after a demo: %d rows, %v; want its 31 rows kept", n, err)
+	}
+}
+
+// TestDemoOnMySQLDropsWhatARunKilledBeforeItMarkedItsTablesLeft: a run
+// killed during its migrations leaves its record and tables not yet
+// marked; the next run drops them instead of taking them for a user's.
+func TestDemoOnMySQLDropsWhatARunKilledBeforeItMarkedItsTablesLeft(t *testing.T) {
+	t.Parallel()
+	raw, db := mysqlURL(t)
+	for _, stmt := range []string{
+		"CREATE TABLE `" + demoRunTable + "` (started_at DATETIME NOT NULL) COMMENT = '" + demoTableMark + "'",
+		"CREATE TABLE outbox_demo_relays (id INT PRIMARY KEY)",
+	} {
+		if _, err := db.ExecContext(t.Context(), stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errOut := cli(t, "demo", "--database", raw, "--dir", t.TempDir())
+	requireDemoPassed(t, code, out, errOut)
+	if !strings.Contains(out, "after dropping the 2 left by an earlier demo") {
+		t.Errorf("the demo does not say it dropped the killed run's 2 tables:\n%s", out)
+	}
+	if left := demoTablesOf(t, db); len(left) > 0 {
+		t.Errorf("after the demo its tables %v are left; want none", left)
+	}
+}
