@@ -1,0 +1,124 @@
+package outboxredis_test
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/internal/redistest"
+	"github.com/go-outbox/outbox/outboxredis"
+	"github.com/go-outbox/outbox/publishertest"
+	"github.com/go-outbox/outbox/relaytest"
+)
+
+// No server to connect to proves the batch did not leave: the relay counts
+// no attempt and pauses until Redis is back.
+func TestNoServerListeningIsUnavailableNotPermanent(t *testing.T) {
+	t.Parallel()
+	p := open(t, redistest.ClosedURL(t), outboxredis.Config{})
+	batch := publishertest.Messages("orders", 2)
+	for i, err := range p.Publish(ctxFor(t, 10*time.Second), batch) {
+		if !outbox.IsUnavailable(err) || outbox.IsPermanent(err) {
+			t.Errorf("message %s with no server listening: %v; want an unavailable (no attempt) error", batch[i].ID, err)
+		}
+	}
+}
+
+// A server that stops under a connected publisher fails the batch
+// retryably, and the publisher appends again once a server is back.
+func TestServerStoppedUnderThePublisherIsRetryableAndPublishingResumesWhenItIsBack(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := open(t, srv.URL, outboxredis.Config{Stream: "orders", Timeout: 2 * time.Second})
+	if err := p.Publish(ctxFor(t, 10*time.Second), publishertest.Messages("orders", 1))[0]; err != nil {
+		t.Fatalf("publish while the server runs: %v", err)
+	}
+	srv.Stop()
+	batch := publishertest.Messages("orders", 3)
+	for i, err := range p.Publish(ctxFor(t, 10*time.Second), batch) {
+		if err == nil || outbox.IsPermanent(err) {
+			t.Fatalf("message %s after the server stopped: %v; want a retryable error", batch[i].ID, err)
+		}
+	}
+}
+
+// A stream key holding another type is a deployment mistake no retry of the
+// message fixes: the message is dead-lettered at once, with the fix logged;
+// the other messages of the batch are appended.
+func TestStreamKeyOfAnotherTypeFailsThatMessagePermanentlyAndLogsTheFix(t *testing.T) {
+	t.Parallel()
+	c, good := client(t)
+	bad := redistest.Stream(t, c, "outboxredis.string.")
+	if err := c.Set(ctxFor(t, 5*time.Second), bad, "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &relaytest.LogCapture{}
+	p := open(t, redistest.URL(t), outboxredis.Config{Logger: slog.New(logs)})
+	batch := append(publishertest.Messages(good, 1), publishertest.Messages(bad, 1)...)
+	errs := p.Publish(ctxFor(t, 10*time.Second), batch)
+	if errs[0] != nil {
+		t.Errorf("message %s to stream %s: %v", batch[0].ID, good, errs[0])
+	}
+	if !outbox.IsPermanent(errs[1]) || !errors.Is(errs[1], outboxredis.ErrNotStream) {
+		t.Errorf("message %s to a string key: %v; want a permanent ErrNotStream", batch[1].ID, errs[1])
+	}
+	if !logs.Has(slog.LevelError, bad, "rename or delete") {
+		t.Errorf("no ERROR log naming key %s and the fix; logged:\n%s", bad, logs)
+	}
+	if err := p.Check(ctxFor(t, 5*time.Second), bad); !errors.Is(err, outboxredis.ErrNotStream) {
+		t.Errorf("Check(%s) = %v, want ErrNotStream", bad, err)
+	}
+	if err := p.Check(ctxFor(t, 5*time.Second), good, "no-such-stream-yet"); err != nil {
+		t.Errorf("Check of a stream and of a missing key = %v, want nil", err)
+	}
+}
+
+// A payload over Config.MaxPayload is never sent and fails for good.
+func TestPayloadOverMaxPayloadIsPermanentAndNotSent(t *testing.T) {
+	t.Parallel()
+	c, stream := client(t)
+	p := open(t, redistest.URL(t), outboxredis.Config{Stream: stream, MaxPayload: 10})
+	m := publishertest.Messages("t", 1)
+	m[0].Payload = []byte(strings.Repeat("x", 11))
+	if err := p.Publish(ctxFor(t, 10*time.Second), m)[0]; !outbox.IsPermanent(err) || !errors.Is(err, outboxredis.ErrTooLarge) {
+		t.Fatalf("message %s of 11 bytes with MaxPayload 10: %v; want a permanent ErrTooLarge", m[0].ID, err)
+	}
+	if xs := entries(t, c, stream); len(xs) != 0 {
+		t.Fatalf("the stream has %d entries; the oversized message must not be sent", len(xs))
+	}
+}
+
+// Redis out of memory (maxmemory with noeviction) refuses appends until
+// memory is freed: retryable after Config.ThrottleDelay, and published once
+// memory is back.
+func TestOutOfMemoryIsRetryableAfterTheThrottleDelay(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts, _ := redis.ParseURL(srv.URL)
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := ctxFor(t, 10*time.Second)
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := open(t, srv.URL, outboxredis.Config{Stream: "orders", ThrottleDelay: 3 * time.Second})
+	m := publishertest.Messages("orders", 1)
+	err := p.Publish(ctx, m)[0]
+	if d, ok := outbox.RetryAfterOf(err); !ok || d != 3*time.Second || outbox.IsPermanent(err) || !redis.HasErrorPrefix(errors.Unwrap(errors.Unwrap(err)), "OOM") {
+		t.Fatalf("message %s while Redis is out of memory: %v (delay %v); want a retryable OOM error asking for 3s", m[0].ID, err, d)
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(ctx, m)[0]; err != nil {
+		t.Fatalf("message %s once memory is back: %v", m[0].ID, err)
+	}
+}
