@@ -10,11 +10,13 @@ require (
 	github.com/go-outbox/outbox/internal/mysqltest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/natstest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/internal/pgtest v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/internal/redistest v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxamqp v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxkafka v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxmysql v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxnats v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxpg v0.0.0-00010101000000-000000000000
+	github.com/go-outbox/outbox/outboxredis v0.0.0-00010101000000-000000000000
 	github.com/go-outbox/outbox/outboxsqlite v0.0.0-00010101000000-000000000000
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/google/uuid v1.6.0
@@ -22,6 +24,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
 	github.com/twmb/franz-go v1.22.2
 )
@@ -33,6 +36,7 @@ require (
 	github.com/jackc/pgio v1.0.0 // indirect
 	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
 	github.com/twmb/franz-go/pkg/kadm v1.18.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 )
 
 require (
@@ -111,3 +115,7 @@ replace github.com/go-outbox/outbox/outboxotel => ../../outboxotel
 replace github.com/go-outbox/outbox/outboxmysql => ../../outboxmysql
 
 replace github.com/go-outbox/outbox/internal/mysqltest => ../../internal/mysqltest
+
+replace github.com/go-outbox/outbox/outboxredis => ../../outboxredis
+
+replace github.com/go-outbox/outbox/internal/redistest => ../../internal/redistest

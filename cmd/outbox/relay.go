@@ -41,6 +41,8 @@ Publishers (--publisher); secrets in URLs are never logged:
   kafka://host:9092,host2:9092     ?topic=fixed to send every message to one topic
   amqp://user:pass@host:5672/vhost ?exchange=x&routing_key=...
   nats://host:4222                 ?stream=S&subject_prefix=p.
+  redis://user:pass@host:6379/S    stream S (none: one per topic); password also
+                                   in $REDIS_PASSWORD; ?db=N&maxlen=N&stream_prefix=p:
   https://host/path                webhook; signing secret in $OUTBOX_WEBHOOK_SECRET
                                    (whsec_ + base64, or 16+ plain bytes);
                                    outbox_timeout=5s, outbox_concurrency=N, outbox_sequential=true`,
@@ -106,7 +108,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&publisherURL, "publisher", "stdout:", "where to publish: stdout:, kafka://host:9092, amqp://user:pass@host:5672/vhost?exchange=x, nats://host:4222?stream=s, https://host/hook")
+	f.StringVar(&publisherURL, "publisher", "stdout:", "where to publish: stdout:, kafka://host:9092, amqp://user:pass@host:5672/vhost?exchange=x, nats://host:4222?stream=s, redis://host:6379/stream, https://host/hook")
 	f.IntVar(&cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "messages claimed and published at once")
 	f.IntVar(&cfg.Workers, "workers", outbox.WorkersDefault, "batches published concurrently")
 	f.DurationVar(&cfg.LeaseDuration, "lease", outbox.LeaseDurationDefault, "how long a claimed batch stays reserved")
@@ -187,10 +189,12 @@ func openPublisher(raw string, cmd *cobra.Command) (outbox.Publisher, error) {
 		return openAMQP(raw)
 	case "nats", "tls":
 		return openNATS(raw)
+	case "redis", "rediss":
+		return openRedis(raw)
 	case "http", "https":
 		return openWebhook(raw)
 	default:
-		return nil, usagef("--publisher %q: unknown scheme %q; use stdout:, kafka://, amqp://, nats:// or https://", redact(raw), scheme)
+		return nil, usagef("--publisher %q: unknown scheme %q; use stdout:, kafka://, amqp://, nats://, redis:// or https://", redact(raw), scheme)
 	}
 }
 

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/go-outbox/outbox/internal/pgtest"
+	"github.com/go-outbox/outbox/internal/redistest"
+	"github.com/go-outbox/outbox/outboxredis"
+)
+
+func TestRedisURLNamesStreamDatabaseOptionsAndCredentials(t *testing.T) {
+	t.Setenv(redisPasswordEnv, "")
+	for _, tc := range []struct {
+		raw, url, stream, prefix string
+		maxLen                   int64
+		maxPayload               int
+		timeout                  time.Duration
+	}{
+		{raw: "redis://r1:6380/ORDERS", url: "redis://r1:6380/0", stream: "ORDERS"},
+		{raw: "REDIS://u:p%40ss@r1?db=3&stream_prefix=events:&maxlen=1000&max_payload=65536&timeout=3s",
+			url: "redis://u:p%40ss@r1/3", prefix: "events:", maxLen: 1000, maxPayload: 65536, timeout: 3 * time.Second},
+		{raw: "rediss://r1/", url: "rediss://r1/0"},
+	} {
+		got, _, err := parseRedisURL(tc.raw)
+		if err != nil {
+			t.Errorf("parseRedisURL(%q): %v", tc.raw, err)
+			continue
+		}
+		c := got.cfg
+		if got.url != tc.url || c.Stream != tc.stream || c.StreamPrefix != tc.prefix || c.MaxLen != tc.maxLen || c.MaxPayload != tc.maxPayload || c.Timeout != tc.timeout {
+			t.Errorf("parseRedisURL(%q) = %s %+v; want %s, stream %q, prefix %q, maxlen %d, max_payload %d, timeout %v",
+				tc.raw, got.url, c, tc.url, tc.stream, tc.prefix, tc.maxLen, tc.maxPayload, tc.timeout)
+		}
+	}
+}
+
+// A URL without a password takes REDIS_PASSWORD's, so it need not appear on
+// the command line.
+func TestRedisPasswordComesFromTheEnvironmentWhenTheURLHasNone(t *testing.T) {
+	t.Setenv(redisPasswordEnv, "env-s3cret")
+	got, password, err := parseRedisURL("redis://r1/ORDERS")
+	if err != nil || password != "env-s3cret" || got.url != "redis://:env-s3cret@r1/0" {
+		t.Fatalf("parseRedisURL with %s set = %s, %q, %v; want its password in the client URL", redisPasswordEnv, got.url, password, err)
+	}
+}
+
+// Not parallel: credentials in a --publisher URL are added to the command's
+// list of secrets, which parallel tests read without a lock.
+func TestRedisURLErrorsSayWhatToWriteAndHideThePassword(t *testing.T) {
+	for _, tc := range []struct{ raw, want string }{
+		{"redis://", "no server address"},
+		{"redis://:s3cret@r1?db=x", "db="},
+		{"redis://:s3cret@r1?maxlen=-1", "maxlen="},
+		{"redis://:s3cret@r1?max_payload=0", "max_payload="},
+		{"redis://:s3cret@r1?timeout=soon", "timeout="},
+		{"redis://:s3cret@r1/ORDERS?stream_prefix=p:", "exclude each other"},
+		{"redis://:s3cret@r1?acks=all", "unknown parameter"},
+	} {
+		code, _, stderr := cli(t, "relay", "--publisher", tc.raw, "--database-url", "postgres://x@127.0.0.1:1/db")
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("relay --publisher %s: exit %d, stderr %q; want exit 2 and %q", tc.raw, code, stderr, tc.want)
+		}
+		if strings.Contains(stderr, "s3cret") {
+			t.Errorf("relay --publisher %s printed the password: %q", tc.raw, stderr)
+		}
+	}
+}
+
+// The start check: a stream key holding another type fails the start rather
+// than dead-lettering every message.
+func TestRelayRefusesToStartWhenTheStreamKeyIsNotAStream(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t)
+	key := redistest.Stream(t, c, "cli.")
+	if err := c.Set(context.Background(), key, "a string", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	u := strings.TrimSuffix(redistest.URL(t), "/0")
+	code, _, stderr := cli(t, "relay", "--publisher", u+"/"+key, "--database-url", "postgres://x@127.0.0.1:1/db")
+	if code != 1 || !strings.Contains(stderr, key) || !strings.Contains(stderr, "not a stream") {
+		t.Fatalf("relay with stream key %s holding a string: exit %d, stderr %q; want exit 1 naming the key", key, code, stderr)
+	}
+}
+
+// The relay starts while Redis is down: its batches fail until it is up.
+func TestRedisPublisherStartsWhileTheServerIsDown(t *testing.T) {
+	t.Parallel()
+	pub, err := openRedis(redistest.ClosedURL(t))
+	if err != nil {
+		t.Fatalf("openRedis with no server listening: %v; the relay must start and retry while Redis is down", err)
+	}
+	_ = pub.Close()
+}
+
+// Not parallel: see TestRedisURLErrorsSayWhatToWriteAndHideThePassword.
+func TestRelayPublishesToRedisWithThePasswordFromTheURL(t *testing.T) {
+	url, schema := pgtest.URL(t), pgtest.Schema(t)
+	srv := redistest.Start(t)
+	const password = "pa55-w0rd"
+	opts, err := redis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := admin.ConfigSet(ctx, "requirepass", password).Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts.Password = password
+	reader := redis.NewClient(opts)
+	t.Cleanup(func() { _ = reader.Close() })
+
+	db := []string{"--database-url", url, "--schema", schema}
+	with := func(args ...string) []string { return append(append([]string{}, args...), db...) }
+	mustCLI(t, with("migrate", "up")...)
+	var ids []string
+	for _, key := range []string{"o-1", "o-2", "o-1"} {
+		ids = append(ids, strings.TrimSpace(mustCLI(t, with("send", "--topic", "created", "--key", key, "--payload", `{"key":"`+key+`"}`)...)))
+	}
+
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	publisher := strings.Replace(strings.TrimSuffix(srv.URL, "/0"), "://", "://:"+password+"@", 1) + "/ORDERS"
+	go func() {
+		done <- run(relayCtx, with("relay", "--publisher", publisher, "--poll-interval", "100ms", "--log-level", "debug"), &bytes.Buffer{}, &stderr)
+	}()
+
+	var xs []redis.XMessage
+	for len(xs) < len(ids) && ctx.Err() == nil {
+		if xs, err = reader.XRange(ctx, "ORDERS", "-", "+").Result(); err != nil {
+			t.Fatalf("XRANGE ORDERS: %v", err)
+		}
+		if len(xs) < len(ids) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	stopRelay()
+	if code := <-done; code != 0 {
+		t.Errorf("relay exited with %d: %s", code, stderr.String())
+	}
+	var got []string
+	for _, x := range xs {
+		if x.Values[outboxredis.FieldTopic] != "created" {
+			t.Errorf("entry %s has topic %v, want created", x.ID, x.Values[outboxredis.FieldTopic])
+		}
+		got = append(got, x.Values[outboxredis.FieldID].(string))
+	}
+	slices.Sort(got)
+	slices.Sort(ids)
+	if !slices.Equal(got, ids) {
+		t.Fatalf("stream ORDERS holds messages %v, want %v; relay stderr: %s", got, ids, stderr.String())
+	}
+	if strings.Contains(stderr.String(), password) {
+		t.Fatalf("the relay logged the password: %s", stderr.String())
+	}
+}
