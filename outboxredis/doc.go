@@ -24,8 +24,9 @@
 // Redis streams have no deduplication of their own: an entry appended twice
 // is read twice. That happens when the reply to a pipeline is lost (a
 // connection reset after Redis appended, a relay crash before the database
-// records the message as published, go-redis retrying a pipeline on a broken
-// connection); the relay then appends the message again. Consumers drop the
+// records the message as published); the relay then appends the message
+// again. (Open's client leaves retries to the relay; a client given to New
+// with go-redis's MaxRetries may send a pipeline again itself.) Consumers drop the
 // second entry by its id field, which the inbox does.
 //
 // # Key order

@@ -130,6 +130,13 @@ func Open(url string, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("outboxredis: %s is not a valid Redis URL: use redis://[user:password@]host[:port][/db] (percent-encode special characters)", RedactURL(url))
 	}
 	opts.ContextTimeoutEnabled = true
+	if opts.MaxRetries == 0 {
+		// go-redis would send a pipeline again after a broken connection,
+		// appending twice what Redis had appended before the break, and
+		// would report a failed redial as if nothing had been sent: the
+		// relay retries instead, knowing what it did.
+		opts.MaxRetries = -1
+	}
 	if opts.DialerRetries == 0 {
 		// go-redis dials five times, 100 ms apart, before failing a
 		// command: the relay's own pause on an unavailable publisher does
