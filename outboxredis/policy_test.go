@@ -122,3 +122,30 @@ func TestOutOfMemoryIsRetryableAfterTheThrottleDelay(t *testing.T) {
 		t.Fatalf("message %s once memory is back: %v", m[0].ID, err)
 	}
 }
+
+// A password Redis refuses never gets better by waiting: not "unavailable"
+// (which would retry forever without counting), but a retryable failure
+// counting an attempt, with the fix logged and the password kept out.
+func TestRefusedPasswordIsRetryableNotUnavailableAndLogsTheFix(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts, _ := redis.ParseURL(srv.URL)
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.ConfigSet(ctxFor(t, 5*time.Second), "requirepass", "right-pw").Err(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &relaytest.LogCapture{}
+	p := open(t, strings.Replace(srv.URL, "://", "://:wr0ng-pw@", 1), outboxredis.Config{Logger: slog.New(logs)})
+	m := publishertest.Messages("orders", 1)
+	err := p.Publish(ctxFor(t, 10*time.Second), m)[0]
+	if err == nil || outbox.IsUnavailable(err) || outbox.IsPermanent(err) {
+		t.Fatalf("message %s with a refused password: %v; want a retryable error that counts an attempt", m[0].ID, err)
+	}
+	if !logs.Has(slog.LevelError, "password") {
+		t.Errorf("no ERROR log with the fix; logged:\n%s", logs)
+	}
+	if strings.Contains(err.Error()+logs.String(), "wr0ng-pw") {
+		t.Errorf("the password leaked: %v\n%s", err, logs)
+	}
+}

@@ -1,6 +1,7 @@
 package outboxredis
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,10 @@ var ErrTooLarge = errors.New("payload over Config.MaxPayload")
 // errNoID is the cause for a message without id: consumers could not tell
 // it from the others.
 var errNoID = errors.New("message has no id; write messages through an outbox Writer")
+
+// errNoReply is the cause for an XADD go-redis reports neither appended nor
+// failed.
+var errNoReply = errors.New("no reply with an entry id")
 
 // errNoStream is the cause for a message Config.StreamFor maps to "".
 var errNoStream = errors.New("no stream: Config.StreamFor returned an empty name")
@@ -227,14 +232,20 @@ func (p *Publisher) Publish(ctx context.Context, batch []outbox.Message) []error
 	if pipe.Len() == 0 {
 		return errs
 	}
-	// Exec's own error is the first failed command's, which each command
-	// reports too.
-	_, _ = pipe.Exec(ctx)
+	_, execErr := pipe.Exec(ctx)
 	for i, cmd := range cmds {
 		if cmd == nil {
 			continue
 		}
-		if err := cmd.Err(); err != nil {
+		// Only a reply with the entry's id proves the append. go-redis
+		// sets no error on the commands when the connection could not be
+		// set up (a refused password fails the whole Exec), so a command
+		// without error or id takes Exec's.
+		err := cmd.Err()
+		if err == nil && cmd.Val() == "" {
+			err = cmp.Or(execErr, errNoReply)
+		}
+		if err != nil {
 			errs[i] = p.classify(ctx, &PublishError{ID: batch[i].ID, Stream: streams[i], Err: err})
 		}
 	}
