@@ -167,3 +167,28 @@ func TestRelayPublishesToRedisWithThePasswordFromTheURL(t *testing.T) {
 		t.Fatalf("the relay logged the password: %s", stderr.String())
 	}
 }
+
+// Not parallel: see TestRedisURLErrorsSayWhatToWriteAndHideThePassword.
+func TestRelayRefusesToStartWithAPasswordRedisRefusesAndDoesNotPrintIt(t *testing.T) {
+	srv := redistest.Start(t)
+	opts, err := redis.ParseURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.ConfigSet(context.Background(), "requirepass", "right-pw").Err(); err != nil {
+		t.Fatal(err)
+	}
+	base := strings.TrimSuffix(srv.URL, "/0")
+	for _, userinfo := range []string{"", ":wr0ng-pw@"} {
+		publisher := strings.Replace(base, "://", "://"+userinfo, 1) + "/ORDERS"
+		code, _, stderr := cli(t, "relay", "--publisher", publisher, "--database-url", "postgres://x@127.0.0.1:1/db")
+		if code != 1 || !strings.Contains(stderr, "refused the --publisher credentials") {
+			t.Errorf("relay with password %q refused: exit %d, stderr %q; want exit 1 saying so", userinfo, code, stderr)
+		}
+		if strings.Contains(stderr, "wr0ng-pw") {
+			t.Errorf("relay printed the password: %q", stderr)
+		}
+	}
+}
