@@ -149,3 +149,64 @@ func TestRefusedPasswordIsRetryableNotUnavailableAndLogsTheFix(t *testing.T) {
 		t.Errorf("the password leaked: %v\n%s", err, logs)
 	}
 }
+
+// A server that does not reply (writes paused with CLIENT PAUSE) fails the
+// batch retryably at Config.Timeout, not at the caller's longer deadline.
+func TestNoReplyWithinTimeoutIsRetryableAndPrompt(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts, _ := redis.ParseURL(srv.URL)
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctxFor(t, 5*time.Second), "CLIENT", "PAUSE", "5000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := open(t, srv.URL, outboxredis.Config{Stream: "orders", Timeout: 300 * time.Millisecond})
+	m := publishertest.Messages("orders", 2)
+	start := time.Now()
+	errs := p.Publish(ctxFor(t, 30*time.Second), m)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Publish took %v with Timeout 300ms", d)
+	}
+	for i, err := range errs {
+		if err == nil || outbox.IsPermanent(err) || outbox.IsUnavailable(err) || !strings.Contains(err.Error(), "Config.Timeout") {
+			t.Errorf("message %s without reply: %v; want a retryable error naming Config.Timeout", m[i].ID, err)
+		}
+	}
+}
+
+// A script running past busy-reply-threshold makes Redis answer BUSY:
+// retryable after Config.ThrottleDelay.
+func TestBusyScriptIsRetryableAfterTheThrottleDelay(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	opts, _ := redis.ParseURL(srv.URL)
+	admin := redis.NewClient(opts)
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := ctxFor(t, 20*time.Second)
+	if err := admin.ConfigSet(ctx, "busy-reply-threshold", "50").Err(); err != nil {
+		t.Fatal(err)
+	}
+	script := redis.NewClient(opts)
+	t.Cleanup(func() { _ = script.Close() })
+	running := make(chan error, 1)
+	go func() { running <- script.Eval(ctx, "while true do end", nil).Err() }()
+	p := open(t, srv.URL, outboxredis.Config{Stream: "orders", ThrottleDelay: 2 * time.Second})
+	m := publishertest.Messages("orders", 1)
+	deadline := time.Now().Add(10 * time.Second)
+	var err error
+	for {
+		// Until the script passes the threshold, XADD waits behind it.
+		err = p.Publish(ctx, m)[0]
+		if redis.HasErrorPrefix(errors.Unwrap(errors.Unwrap(err)), "BUSY") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if d, ok := outbox.RetryAfterOf(err); !ok || d != 2*time.Second || outbox.IsPermanent(err) {
+		t.Errorf("message %s while a script runs: %v (delay %v); want a retryable BUSY error asking for 2s", m[0].ID, err, d)
+	}
+	if err := admin.Do(ctx, "SCRIPT", "KILL").Err(); err != nil {
+		t.Fatalf("SCRIPT KILL: %v", err)
+	}
+	<-running
+}
