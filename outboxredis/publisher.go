@@ -312,10 +312,26 @@ func (p *Publisher) classify(ctx context.Context, e *PublishError) error {
 	case redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOPERM"):
 		p.logConfigError("", err, "check the user and password given for Redis (the URL's user information), and that the ACL user may run XADD on the streams")
 		return e
-	case ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)):
+	case ctxEnded(ctx, err) && !errors.Is(err, context.Cause(ctx)):
 		e.Err = fmt.Errorf("%w (%v)", context.Cause(ctx), err)
 	}
 	return e
+}
+
+// ctxEnded reports whether ctx has ended, waiting a moment for it when err
+// is a network timeout: go-redis sets the socket deadline to the context's,
+// and the read can time out just before the context's own timer fires.
+func ctxEnded(ctx context.Context, err error) bool {
+	var ne net.Error
+	if ctx.Err() == nil && errors.As(err, &ne) && ne.Timeout() {
+		if _, ok := ctx.Deadline(); ok {
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return ctx.Err() != nil
 }
 
 // isDialError reports whether err is a failure to open a connection, which
