@@ -48,10 +48,9 @@
 // outbox.Permanent when no retry can succeed, and a retryable error
 // otherwise:
 //
-//   - permanent: the stream key holds another type (WRONGTYPE; ErrNotStream,
-//     logged at ERROR level with the fix); a payload over Config.MaxPayload
-//     (ErrTooLarge, never sent); a message without id; an empty stream name
-//     from Config.StreamFor;
+//   - permanent: a payload over Config.MaxPayload (ErrTooLarge, never
+//     sent); a message without id; an empty stream name from
+//     Config.StreamFor;
 //   - unavailable (outbox.Unavailable: the relay counts no attempt and
 //     pauses until Redis answers): no connection could be made (connection
 //     refused, no route, DNS), or the server is still loading its data set
@@ -60,9 +59,11 @@
 //     memory under maxmemory (OOM), busy running a script (BUSY), a cluster
 //     failing over (TRYAGAIN, CLUSTERDOWN, MASTERDOWN);
 //   - retryable: no reply within Config.Timeout or before the context ends,
-//     a connection reset or closed mid-batch, a closed publisher, refused
-//     credentials or ACL permissions (logged at ERROR level with the fix,
-//     at most once per ConfigErrorLogInterval), any other error reply.
+//     a connection reset or closed mid-batch, a closed publisher, any other
+//     error reply; and the configuration errors an operator fixes, logged at
+//     ERROR level with the fix at most once per ConfigErrorLogInterval: a
+//     stream key holding another type (WRONGTYPE; ErrNotStream: delete or
+//     rename the key), refused credentials or ACL permissions.
 //
 // Every error is a *PublishError naming the message id and stream.
 //

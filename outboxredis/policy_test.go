@@ -47,10 +47,11 @@ func TestServerStoppedUnderThePublisherIsRetryableAndPublishingResumesWhenItIsBa
 	}
 }
 
-// A stream key holding another type is a deployment mistake no retry of the
-// message fixes: the message is dead-lettered at once, with the fix logged;
-// the other messages of the batch are appended.
-func TestStreamKeyOfAnotherTypeFailsThatMessagePermanentlyAndLogsTheFix(t *testing.T) {
+// A stream key holding another type is a configuration error the operator
+// fixes by deleting or renaming the key: the message is retryable (counting
+// an attempt) with the fix logged, the other messages of the batch are
+// appended, and once the key is gone the same message is appended.
+func TestStreamKeyOfAnotherTypeIsRetryableLogsTheFixAndPublishesOnceTheKeyIsDeleted(t *testing.T) {
 	t.Parallel()
 	c, good := client(t)
 	bad := redistest.Stream(t, c, "outboxredis.string.")
@@ -64,8 +65,8 @@ func TestStreamKeyOfAnotherTypeFailsThatMessagePermanentlyAndLogsTheFix(t *testi
 	if errs[0] != nil {
 		t.Errorf("message %s to stream %s: %v", batch[0].ID, good, errs[0])
 	}
-	if !outbox.IsPermanent(errs[1]) || !errors.Is(errs[1], outboxredis.ErrNotStream) {
-		t.Errorf("message %s to a string key: %v; want a permanent ErrNotStream", batch[1].ID, errs[1])
+	if errs[1] == nil || outbox.IsPermanent(errs[1]) || outbox.IsUnavailable(errs[1]) || !errors.Is(errs[1], outboxredis.ErrNotStream) {
+		t.Errorf("message %s to a string key: %v; want a retryable ErrNotStream that counts an attempt", batch[1].ID, errs[1])
 	}
 	if !logs.Has(slog.LevelError, bad, "rename or delete") {
 		t.Errorf("no ERROR log naming key %s and the fix; logged:\n%s", bad, logs)
@@ -75,6 +76,12 @@ func TestStreamKeyOfAnotherTypeFailsThatMessagePermanentlyAndLogsTheFix(t *testi
 	}
 	if err := p.Check(ctxFor(t, 5*time.Second), good, "no-such-stream-yet"); err != nil {
 		t.Errorf("Check of a stream and of a missing key = %v, want nil", err)
+	}
+	if err := c.Del(ctxFor(t, 5*time.Second), bad).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Publish(ctxFor(t, 10*time.Second), batch[1:])[0]; err != nil {
+		t.Errorf("message %s once the string key is deleted: %v; want it appended", batch[1].ID, err)
 	}
 }
 

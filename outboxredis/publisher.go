@@ -49,8 +49,11 @@ const ConfigErrorLogInterval = time.Minute
 var ErrClosed = outbox.ClosedError("outboxredis: publisher closed")
 
 // ErrNotStream means the key a message's stream maps to holds another type
-// (a string, a list...): Redis refuses XADD with WRONGTYPE. It is permanent,
-// and logged at ERROR level with the fix.
+// (a string, a list...): Redis refuses XADD with WRONGTYPE. It is a
+// configuration error: retryable (counting an attempt, as the operator's fix
+// of deleting or renaming the key makes the same message publishable), and
+// logged at ERROR level with the fix at most once per ConfigErrorLogInterval
+// per stream.
 var ErrNotStream = errors.New("the key exists and is not a stream")
 
 // ErrTooLarge means a message's payload is over Config.MaxPayload. It is
@@ -301,7 +304,10 @@ func (p *Publisher) classify(ctx context.Context, e *PublishError) error {
 		fix := fmt.Sprintf("key %q holds another type than a stream: rename or delete that key, or map the messages to another stream (Config.Stream, StreamPrefix or StreamFor)", e.Stream)
 		p.logConfigError(e.Stream, err, fix)
 		e.Err = fmt.Errorf("%w (%v); fix: %s", ErrNotStream, err, fix)
-		return outbox.Permanent(e)
+		// Retryable: deleting or renaming the key fixes it, and the same
+		// message is then appended; dead-lettering it would lose it for a
+		// mistake that is not the message's.
+		return e
 	case redis.HasErrorPrefix(err, "LOADING"):
 		// The server is loading its data set and stores nothing yet.
 		return outbox.Unavailable(e)

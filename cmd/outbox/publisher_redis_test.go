@@ -74,7 +74,7 @@ func TestRedisURLErrorsSayWhatToWriteAndHideThePassword(t *testing.T) {
 }
 
 // The start check: a stream key holding another type fails the start rather
-// than dead-lettering every message.
+// than failing every batch until an operator reads the log.
 func TestRelayRefusesToStartWhenTheStreamKeyIsNotAStream(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
