@@ -217,3 +217,36 @@ func TestBusyScriptIsRetryableAfterTheThrottleDelay(t *testing.T) {
 	}
 	<-running
 }
+
+// leastPrivilegeURL returns the test server's URL with a user of the test's
+// own that may run XADD on stream and nothing else, deleted when the test
+// ends.
+func leastPrivilegeURL(t *testing.T, c *redis.Client, stream string) string {
+	t.Helper()
+	user := "outboxredis-xadd-only-" + strings.TrimPrefix(stream[strings.LastIndex(stream, "."):], ".")
+	if err := c.Do(ctxFor(t, 5*time.Second), "ACL", "SETUSER", user, "on", ">xadd-pw", "~"+stream, "+xadd").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Do(ctxFor(t, 5*time.Second), "ACL", "DELUSER", user).Err() })
+	return strings.Replace(redistest.URL(t), "://", "://"+user+":xadd-pw@", 1)
+}
+
+// A user allowed XADD on the stream and nothing else publishes through
+// Open's client (which must not run CLIENT SETNAME on connecting), and Check
+// says it cannot check with that user rather than that the credentials are
+// refused.
+func TestUserAllowedOnlyXAddPublishesAndCheckSaysItCannotCheck(t *testing.T) {
+	t.Parallel()
+	c, stream := client(t)
+	p := open(t, leastPrivilegeURL(t, c, stream), outboxredis.Config{Stream: stream})
+	m := publishertest.Messages("orders", 1)
+	if err := p.Publish(ctxFor(t, 10*time.Second), m)[0]; err != nil {
+		t.Fatalf("message %s as a user allowed only XADD: %v", m[0].ID, err)
+	}
+	if xs := entries(t, c, stream); len(xs) != 1 {
+		t.Fatalf("stream %s has %d entries, want 1", stream, len(xs))
+	}
+	if err := p.Check(ctxFor(t, 5*time.Second)); !errors.Is(err, outboxredis.ErrCheckNotPermitted) {
+		t.Fatalf("Check as a user allowed only XADD = %v, want ErrCheckNotPermitted", err)
+	}
+}

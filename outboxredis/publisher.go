@@ -56,6 +56,12 @@ var ErrClosed = outbox.ClosedError("outboxredis: publisher closed")
 // per stream.
 var ErrNotStream = errors.New("the key exists and is not a stream")
 
+// ErrCheckNotPermitted means Check could not run PING or TYPE: the ACL user
+// may not (NOPERM). The credentials were accepted, and a user allowed only
+// XADD on the streams publishes fine, so it is no reason to refuse to start:
+// grant +ping +type to check, or go on without the check.
+var ErrCheckNotPermitted = errors.New("the Redis user may not run the start check (PING, TYPE)")
+
 // ErrTooLarge means a message's payload is over Config.MaxPayload. It is
 // permanent.
 var ErrTooLarge = errors.New("payload over Config.MaxPayload")
@@ -126,7 +132,9 @@ func New(client redis.UniversalClient, cfg Config) (*Publisher, error) {
 // redis://[user:password@]host[:port][/db] (rediss:// for TLS; go-redis's
 // URL options such as ?dial_timeout=3s apply), which Close closes. It does
 // not connect: the first Publish does, so a relay can start while Redis is
-// down; call Check to find out at start whether the server answers.
+// down; call Check to find out at start whether the server answers. It sets
+// no client name (CLIENT SETNAME needs an ACL permission a publishing user
+// need not have): give ?client_name=outbox-relay in the URL to name it.
 func Open(url string, cfg Config) (*Publisher, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -150,9 +158,6 @@ func Open(url string, cfg Config) (*Publisher, error) {
 		// command: the relay's own pause on an unavailable publisher does
 		// that job, and a batch fails fast while Redis is down.
 		opts.DialerRetries = 1
-	}
-	if opts.ClientName == "" {
-		opts.ClientName = "outbox-relay"
 	}
 	p, err := New(redis.NewClient(opts), cfg)
 	if err != nil {
@@ -364,9 +369,13 @@ func (p *Publisher) logConfigError(stream string, err error, fix string) {
 // PING, and Config.Stream and each of streams, if it exists, is a stream (a
 // stream that does not exist yet is fine: XADD creates it). The error says
 // what is wrong and how to fix it; a key of another type matches
-// ErrNotStream.
+// ErrNotStream, and an ACL user without +ping or +type matches
+// ErrCheckNotPermitted (publishing needs only +xadd on the stream keys).
 func (p *Publisher) Check(ctx context.Context, streams ...string) error {
 	if err := p.client.Ping(ctx).Err(); err != nil {
+		if redis.HasErrorPrefix(err, "NOPERM") {
+			return fmt.Errorf("outboxredis: PING: %w (%v); grant the user +ping +type to check at start", ErrCheckNotPermitted, err)
+		}
 		return fmt.Errorf("outboxredis: the Redis server does not answer PING: %w", err)
 	}
 	if p.cfg.Stream != "" {
@@ -374,6 +383,9 @@ func (p *Publisher) Check(ctx context.Context, streams ...string) error {
 	}
 	for _, s := range streams {
 		typ, err := p.client.Type(ctx, s).Result()
+		if redis.HasErrorPrefix(err, "NOPERM") {
+			return fmt.Errorf("outboxredis: TYPE %q: %w (%v); grant the user +type on the stream keys to check at start", s, ErrCheckNotPermitted, err)
+		}
 		if err != nil {
 			return fmt.Errorf("outboxredis: TYPE %q: %w", s, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
@@ -56,7 +57,10 @@ func openRedis(raw string) (outbox.Publisher, error) {
 	case errors.Is(err, outboxredis.ErrNotStream):
 		_ = p.Close()
 		return nil, fmt.Errorf("--publisher: %v", err)
-	case redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "WRONGPASS"), redis.HasErrorPrefix(err, "NOPERM"):
+	case errors.Is(err, outboxredis.ErrCheckNotPermitted):
+		// The credentials were accepted; a user allowed only XADD publishes.
+		slog.Warn("outbox relay: cannot check the Redis server and streams at start with this user; starting anyway", slog.Any("error", err))
+	case redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "WRONGPASS"):
 		_ = p.Close()
 		return nil, fmt.Errorf("the Redis server refused the --publisher credentials (give user:password@ in the URL or %s): %v", redisPasswordEnv, err)
 	}

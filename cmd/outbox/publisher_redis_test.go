@@ -13,6 +13,7 @@ import (
 	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/internal/redistest"
 	"github.com/go-outbox/outbox/outboxredis"
+	"github.com/go-outbox/outbox/publishertest"
 )
 
 func TestRedisURLNamesStreamDatabaseOptionsAndCredentials(t *testing.T) {
@@ -190,5 +191,29 @@ func TestRelayRefusesToStartWithAPasswordRedisRefusesAndDoesNotPrintIt(t *testin
 		if strings.Contains(stderr, "wr0ng-pw") {
 			t.Errorf("relay printed the password: %q", stderr)
 		}
+	}
+}
+
+// A user allowed only XADD on the stream cannot run the start check (PING,
+// TYPE): that is no refused password, and the relay starts anyway.
+// Not parallel: see TestRedisURLErrorsSayWhatToWriteAndHideThePassword.
+func TestRelayStartsWithAUserAllowedOnlyXAdd(t *testing.T) {
+	c := redistest.Client(t)
+	stream := redistest.Stream(t, c, "cli.")
+	user := "cli-xadd-only-" + stream[strings.LastIndex(stream, ".")+1:]
+	if err := c.Do(context.Background(), "ACL", "SETUSER", user, "on", ">xadd-pw", "~"+stream, "+xadd").Err(); err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Do(context.Background(), "ACL", "DELUSER", user).Err() })
+	u := strings.Replace(strings.TrimSuffix(redistest.URL(t), "/0"), "://", "://"+user+":xadd-pw@", 1) + "/" + stream
+	pub, err := openRedis(u)
+	if err != nil {
+		t.Fatalf("openRedis as a user allowed only XADD: %v; want the relay to start", err)
+	}
+	defer pub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := pub.Publish(ctx, publishertest.Messages("created", 1))[0]; err != nil {
+		t.Fatalf("publish as a user allowed only XADD: %v", err)
 	}
 }
