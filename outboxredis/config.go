@@ -55,7 +55,9 @@ type Config struct {
 	ThrottleDelay time.Duration
 	// Timeout bounds one batch's pipeline, whatever the context allows;
 	// messages without a reply by then are retryable. Zero means
-	// TimeoutDefault.
+	// TimeoutDefault. Open raises its client's ReadTimeout and WriteTimeout
+	// to Timeout (unless the URL sets them); a client given to New cuts a
+	// batch at its own ReadTimeout or WriteTimeout if they are shorter.
 	Timeout time.Duration
 }
 

@@ -115,8 +115,11 @@ type Publisher struct {
 // New returns a publisher using client, which the caller owns: Close stops
 // the publisher but leaves the client open. Any go-redis client does
 // (*redis.Client, *redis.ClusterClient, *redis.Ring, a failover client);
-// give it ContextTimeoutEnabled so a batch's Timeout bounds its reads. New
-// never connects, and returns a *outbox.ConfigError if cfg is invalid.
+// give it ContextTimeoutEnabled so a batch's Timeout bounds its reads. The
+// client's ReadTimeout and WriteTimeout (3 s by default) bound each read and
+// write whatever the context allows, so they cap Config.Timeout: set them
+// at least as long. New never connects, and returns a *outbox.ConfigError if
+// cfg is invalid.
 func New(client redis.UniversalClient, cfg Config) (*Publisher, error) {
 	if client == nil {
 		return nil, &outbox.ConfigError{Field: "outboxredis.New client", Value: "nil", Fix: "pass a go-redis client, e.g. redis.NewClient(opts), or use outboxredis.Open"}
@@ -135,17 +138,30 @@ func New(client redis.UniversalClient, cfg Config) (*Publisher, error) {
 // down; call Check to find out at start whether the server answers. It sets
 // no client name (CLIENT SETNAME needs an ACL permission a publishing user
 // need not have): give ?client_name=outbox-relay in the URL to name it.
-func Open(url string, cfg Config) (*Publisher, error) {
+func Open(rawURL string, cfg Config) (*Publisher, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	opts, err := redis.ParseURL(url)
+	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
 		// The error may quote the URL, password and all.
-		return nil, fmt.Errorf("outboxredis: %s is not a valid Redis URL: use redis://[user:password@]host[:port][/db] (percent-encode special characters)", RedactURL(url))
+		return nil, fmt.Errorf("outboxredis: %s is not a valid Redis URL: use redis://[user:password@]host[:port][/db] (percent-encode special characters)", RedactURL(rawURL))
 	}
 	opts.ContextTimeoutEnabled = true
+	// go-redis's read and write timeouts (5 s from a URL) bound every socket
+	// read and write whatever the context allows: raised to Config.Timeout,
+	// they let it bound the batch as documented, unless the URL sets them.
+	query := url.Values{}
+	if u, err := url.Parse(rawURL); err == nil {
+		query = u.Query()
+	}
+	if !query.Has("read_timeout") && opts.ReadTimeout >= 0 {
+		opts.ReadTimeout = max(opts.ReadTimeout, cfg.Timeout)
+	}
+	if !query.Has("write_timeout") && opts.WriteTimeout >= 0 {
+		opts.WriteTimeout = max(opts.WriteTimeout, cfg.Timeout)
+	}
 	if opts.MaxRetries == 0 {
 		// go-redis would send a pipeline again after a broken connection,
 		// appending twice what Redis had appended before the break, and

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/redistest"
 	"github.com/go-outbox/outbox/outboxredis"
@@ -142,6 +144,27 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		}
 		if _, err := outboxredis.Open("redis://127.0.0.1:1/0", cfg); !errors.Is(err, outbox.ErrInvalidConfig) {
 			t.Errorf("Open with %s invalid = %v, want the ConfigError", field, err)
+		}
+	}
+}
+
+// go-redis's ReadTimeout and WriteTimeout (3 s by default) bound each socket
+// read and write whatever the context allows: Open raises them to
+// Config.Timeout so that Timeout is the batch's bound, unless the URL sets
+// them.
+func TestOpenLetsConfigTimeoutBoundReadsAndWritesUnlessTheURLSetsThem(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url         string
+		read, write time.Duration
+	}{
+		{"redis://127.0.0.1:1/0", 20 * time.Second, 20 * time.Second},
+		{"redis://127.0.0.1:1/0?read_timeout=2s&write_timeout=1s", 2 * time.Second, time.Second},
+	} {
+		p := open(t, tc.url, outboxredis.Config{Timeout: 20 * time.Second})
+		opts := p.Client().(*redis.Client).Options()
+		if opts.ReadTimeout != tc.read || opts.WriteTimeout != tc.write {
+			t.Errorf("Open(%s) with Timeout 20s: ReadTimeout %v, WriteTimeout %v; want %v, %v", tc.url, opts.ReadTimeout, opts.WriteTimeout, tc.read, tc.write)
 		}
 	}
 }
