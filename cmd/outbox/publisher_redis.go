@@ -26,10 +26,12 @@ const redisPasswordEnv = "REDIS_PASSWORD"
 
 // redisTarget is a parsed redis:// (or rediss://) --publisher URL:
 //
-//	redis://[user:password@]host[:port][/stream][?db=N&stream_prefix=P&maxlen=N&max_payload=N&timeout=D]
+//	redis://[user:password@]host[:port][/stream][?db=N&stream=S&stream_prefix=P&maxlen=N&max_payload=N&timeout=D]
 //
-// A path names the one stream every message goes to; without one, each
-// message goes to the stream named by its topic (after stream_prefix).
+// A path (or ?stream=) names the one stream every message goes to; without
+// one, each message goes to the stream named by its topic (after
+// stream_prefix). A path of digits is refused: by go-redis's and
+// redis-cli's convention it names a database, which is ?db= here.
 type redisTarget struct {
 	url string // for go-redis: scheme, credentials, host and database
 	cfg outboxredis.Config
@@ -95,6 +97,11 @@ func parseRedisURL(raw string) (redisTarget, string, error) {
 		return t, password, fmt.Errorf("no server address; use redis://host:6379[/stream]")
 	}
 	t.cfg.Stream = strings.TrimPrefix(u.Path, "/")
+	if _, err := strconv.Atoi(t.cfg.Stream); err == nil {
+		// redis://host:6379/2 names database 2 in go-redis and redis-cli:
+		// taken as stream "2", the messages would go to database 0.
+		return t, password, fmt.Errorf("the path /%s would name a stream, not the database: use ?db=%s for the database; a stream named by digits goes in ?stream=%s", t.cfg.Stream, t.cfg.Stream, t.cfg.Stream)
+	}
 	db := "0"
 	for name, vs := range u.Query() {
 		v := vs[len(vs)-1]
@@ -112,6 +119,11 @@ func parseRedisURL(raw string) (redisTarget, string, error) {
 			if t.cfg.MaxLen, err = strconv.ParseInt(v, 10, 64); err != nil || t.cfg.MaxLen <= 0 {
 				return t, password, fmt.Errorf("maxlen=%q: use a positive number of entries to keep in each stream", v)
 			}
+		case "stream":
+			if t.cfg.Stream != "" {
+				return t, password, fmt.Errorf("a stream in the path and ?stream= exclude each other: give the stream once")
+			}
+			t.cfg.Stream = v
 		case "stream_prefix":
 			t.cfg.StreamPrefix = v
 		case "timeout":
@@ -119,13 +131,13 @@ func parseRedisURL(raw string) (redisTarget, string, error) {
 				return t, password, fmt.Errorf("timeout=%q: use a positive duration such as 10s", v)
 			}
 		default:
-			return t, password, fmt.Errorf("unknown parameter %q; use db, stream_prefix, maxlen, max_payload or timeout", name)
+			return t, password, fmt.Errorf("unknown parameter %q; use db, stream, stream_prefix, maxlen, max_payload or timeout", name)
 		}
 	}
 	if err := t.cfg.Validate(); err != nil {
 		var ce *outbox.ConfigError
 		if errors.As(err, &ce) && ce.Field == "outboxredis.Config.Stream" {
-			return t, password, fmt.Errorf("a stream in the path and stream_prefix exclude each other: give one stream for every message, or a prefix for per-topic streams")
+			return t, password, fmt.Errorf("a stream (in the path or ?stream=) and stream_prefix exclude each other: give one stream for every message, or a prefix for per-topic streams")
 		}
 		return t, password, err
 	}

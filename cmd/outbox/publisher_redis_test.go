@@ -28,6 +28,7 @@ func TestRedisURLNamesStreamDatabaseOptionsAndCredentials(t *testing.T) {
 		{raw: "REDIS://u:p%40ss@r1?db=3&stream_prefix=events:&maxlen=1000&max_payload=65536&timeout=3s",
 			url: "redis://u:p%40ss@r1/3", prefix: "events:", maxLen: 1000, maxPayload: 65536, timeout: 3 * time.Second},
 		{raw: "rediss://r1/", url: "rediss://r1/0"},
+		{raw: "redis://r1?stream=2024&db=2", url: "redis://r1/2", stream: "2024"},
 	} {
 		got, _, err := parseRedisURL(tc.raw)
 		if err != nil {
@@ -63,6 +64,8 @@ func TestRedisURLErrorsSayWhatToWriteAndHideThePassword(t *testing.T) {
 		{"redis://:s3cret@r1?timeout=soon", "timeout="},
 		{"redis://:s3cret@r1/ORDERS?stream_prefix=p:", "exclude each other"},
 		{"redis://:s3cret@r1?acks=all", "unknown parameter"},
+		{"redis://:s3cret@r1:6379/2", "use ?db=2 for the database"},
+		{"redis://:s3cret@r1/orders?stream=other", "exclude each other"},
 	} {
 		code, _, stderr := cli(t, "relay", "--publisher", tc.raw, "--database-url", "postgres://x@127.0.0.1:1/db")
 		if code != 2 || !strings.Contains(stderr, tc.want) {
