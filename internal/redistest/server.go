@@ -1,12 +1,15 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +20,19 @@ import (
 // client (the shared TEST_REDIS_URL server must stay up for other tests).
 type Server struct {
 	// URL is redis://127.0.0.1:PORT/0.
-	URL string
-	cmd *exec.Cmd
+	URL  string
+	bin  string
+	dir  string
+	port int
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
 }
+
+// startAttempts is how many free ports Start tries: another process can take
+// the port between its probe and redis-server's bind.
+const startAttempts = 5
 
 // Start runs a redis-server of its own on a free port, keeping nothing on
 // disk, and waits until it answers PING; the test's end stops it. It needs
@@ -34,41 +47,95 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skipf("redis-server is not installed (apt-get install redis-server, or scripts/redis-up, installs it)")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	s := &Server{URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port), cmd: cmd}
+	s := &Server{bin: bin, dir: t.TempDir()}
 	t.Cleanup(s.Stop)
-	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
+	for attempt := 1; ; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.port = ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+		s.URL = fmt.Sprintf("redis://127.0.0.1:%d/0", s.port)
+		err = s.run()
 		if err == nil {
 			return s
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on port %d does not answer PING within 10s: %v", port, err)
+		if attempt == startAttempts {
+			t.Fatalf("redistest: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Restart starts the server again on the same port after Stop, with an empty
+// data set, and waits until it answers PING.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	if err := s.run(); err != nil {
+		t.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+// run starts redis-server on s.port and waits until it answers PING. It
+// fails when the server exits first (the port was taken: another test's
+// server may be listening there) or when whatever answers is not this
+// process, so a test never talks to another test's server.
+func (s *Server) run() error {
+	var out bytes.Buffer
+	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.port), MaxRetries: -1})
+	defer c.Close()
+	pid := "process_id:" + strconv.Itoa(cmd.Process.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := c.Info(ctx, "server").Result()
+		cancel()
+		select {
+		case <-exited:
+			// out is no longer written once the process has exited.
+			return fmt.Errorf("redis-server on port %d exited: %s", s.port, lastLine(out.String()))
+		default:
+		}
+		if err == nil && strings.Contains(info, pid+"\r\n") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return fmt.Errorf("redis-server (pid %d) on port %d does not answer within 10s: %v", cmd.Process.Pid, s.port, err)
+		}
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	return s[strings.LastIndex(s, "\n")+1:]
 }
 
 // Stop kills the server and waits for it to exit. Stopping twice is fine.
 func (s *Server) Stop() {
-	if s.cmd.ProcessState != nil {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil {
 		return
 	}
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	_ = cmd.Process.Kill()
+	<-exited
 }
