@@ -45,6 +45,18 @@ func TestServerStoppedUnderThePublisherIsRetryableAndPublishingResumesWhenItIsBa
 			t.Fatalf("message %s after the server stopped: %v; want a retryable error", batch[i].ID, err)
 		}
 	}
+	srv.Restart(t)
+	for i, err := range p.Publish(ctxFor(t, 10*time.Second), batch) {
+		if err != nil {
+			t.Fatalf("message %s once the server is back: %v", batch[i].ID, err)
+		}
+	}
+	opts, _ := redis.ParseURL(srv.URL)
+	reader := redis.NewClient(opts)
+	t.Cleanup(func() { _ = reader.Close() })
+	if xs := entries(t, reader, "orders"); len(xs) != len(batch) {
+		t.Fatalf("the restarted server's stream holds %d entries, want the batch's %d", len(xs), len(batch))
+	}
 }
 
 // A stream key holding another type is a configuration error the operator
