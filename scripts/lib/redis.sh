@@ -49,7 +49,7 @@ rd_port() { cat "$1/port"; }
 # rd_running BASE: the server of BASE runs and answers PING.
 rd_running() {
   [ -f "$1/redis.pid" ] && [ -f "$1/port" ] && kill -0 "$(cat "$1/redis.pid")" 2>/dev/null &&
-    [ "$("$(rd_bin redis-cli)" -h 127.0.0.1 -p "$(rd_port "$1")" ping 2>/dev/null)" = PONG ]
+    [ "$(timeout 5 "$(rd_bin redis-cli)" -h 127.0.0.1 -p "$(rd_port "$1")" ping 2>/dev/null)" = PONG ]
 }
 
 # rd_start BASE FIRST_PORT TRIES: start a server for BASE on the first free port from
@@ -79,7 +79,7 @@ rd_start() {
       return 1
     fi
     for ((j = 0; j < 100; j++)); do
-      if [ "$("$(rd_bin redis-cli)" -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ]; then
+      if [ "$(timeout 5 "$(rd_bin redis-cli)" -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ]; then
         echo "$port" >"$base/port"
         RD_PORT=$port
         rd_log "Redis started on 127.0.0.1:$port: $(rd_ms_since "$t0") ms"
@@ -116,14 +116,42 @@ rd_stop() {
   rm -f "$base/redis.pid"
 }
 
-# rd_url_answers URL: a server answers PING at a redis://[user:password@]host[:port][/db] URL
-# (the password passed through the environment, not the command line that ps shows).
+# rd_percent_decode S: S with its %XX escapes decoded (a backslash stays a backslash).
+rd_percent_decode() {
+  local s=${1//\\/\\\\}
+  printf '%b' "${s//%/\\x}"
+}
+
+# rd_url_answers URL: a server answers PING at a redis://[user:password@]host[:port][/db] URL.
+# The password goes to redis-cli through REDISCLI_AUTH, and the URL it gets has no user
+# information (the user goes in --user), so no command line that ps shows carries it. As
+# redis-cli and go-redis do, user information without a colon is the password.
 rd_url_answers() {
-  local cli
+  local cli scheme rest authority userinfo user='' pass=''
   cli=$(rd_bin redis-cli)
   [ -n "$cli" ] || return 1
   case $1 in redis://* | rediss://*) ;; *) return 1 ;; esac
-  [ "$(timeout 5 "$cli" -u "$1" --no-auth-warning ping 2>/dev/null)" = PONG ]
+  scheme=${1%%://*}
+  rest=${1#*://}
+  authority=${rest%%[/?]*}
+  rest=${rest#"$authority"}
+  if [[ $authority == *@* ]]; then
+    userinfo=${authority%@*}
+    authority=${authority##*@}
+    if [[ $userinfo == *:* ]]; then
+      user=$(rd_percent_decode "${userinfo%%:*}")
+      pass=$(rd_percent_decode "${userinfo#*:}")
+    else
+      pass=$(rd_percent_decode "$userinfo")
+    fi
+  fi
+  local -a args=(-u "$scheme://$authority$rest" --no-auth-warning)
+  [ -z "$user" ] || args+=(--user "$user")
+  if [ -n "$pass" ]; then
+    [ "$(REDISCLI_AUTH=$pass timeout 5 "$cli" "${args[@]}" ping 2>/dev/null)" = PONG ]
+  else
+    [ "$(env -u REDISCLI_AUTH timeout 5 "$cli" "${args[@]}" ping 2>/dev/null)" = PONG ]
+  fi
 }
 
 # rd_export BASE: the environment the tests read.
