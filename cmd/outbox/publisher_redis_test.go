@@ -96,7 +96,7 @@ func TestRelayRefusesToStartWhenTheStreamKeyIsNotAStream(t *testing.T) {
 // The relay starts while Redis is down: its batches fail until it is up.
 func TestRedisPublisherStartsWhileTheServerIsDown(t *testing.T) {
 	t.Parallel()
-	pub, err := openRedis(redistest.ClosedURL(t))
+	pub, err := openRedis(strings.TrimSuffix(redistest.ClosedURL(t), "/0") + "/ORDERS")
 	if err != nil {
 		t.Fatalf("openRedis with no server listening: %v; the relay must start and retry while Redis is down", err)
 	}
