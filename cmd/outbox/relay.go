@@ -41,8 +41,9 @@ Publishers (--publisher); secrets in URLs are never logged:
   kafka://host:9092,host2:9092     ?topic=fixed to send every message to one topic
   amqp://user:pass@host:5672/vhost ?exchange=x&routing_key=...
   nats://host:4222                 ?stream=S&subject_prefix=p.
-  redis://user:pass@host:6379/S    stream S (none: one per topic); password also
-                                   in $REDIS_PASSWORD; ?db=N&maxlen=N&stream_prefix=p:
+  redis://user:pass@host:6379/S    stream S (none: one per topic; digits go in ?stream=);
+                                   password also in $REDIS_PASSWORD;
+                                   ?db=N&stream=S&maxlen=N&stream_prefix=p:
   https://host/path                webhook; signing secret in $OUTBOX_WEBHOOK_SECRET
                                    (whsec_ + base64, or 16+ plain bytes);
                                    outbox_timeout=5s, outbox_concurrency=N, outbox_sequential=true`,
