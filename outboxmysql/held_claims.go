@@ -278,27 +278,13 @@ func (s *Store) settleLeasedBesideHeld(ctx context.Context, settle outboxdriver.
 		for _, d := range settle.Dead {
 			ids = append(ids, d.ID)
 		}
-		rows, err := tx.QueryContext(ctx, idList(s.stmts.leasedTo, len(ids)), append([]any{settle.Token[:]}, idArgs(ids)...)...)
+		leased, err := queryIDs(ctx, tx, idList(s.stmts.leasedTo, len(ids)), append([]any{settle.Token[:]}, idArgs(ids)...)...)
 		if err != nil {
 			return err
 		}
-		mine := make(map[uuid.UUID]bool, len(ids))
-		for rows.Next() {
-			var b []byte
-			if err := rows.Scan(&b); err != nil {
-				rows.Close()
-				return err
-			}
-			id, err := uuid.FromBytes(b)
-			if err != nil {
-				rows.Close()
-				return err
-			}
+		mine := make(map[uuid.UUID]bool, len(leased))
+		for _, id := range leased {
 			mine[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
 		}
 		release := keepHeld(settle.Release, mine, func(id uuid.UUID) uuid.UUID { return id })
 		settle = (&heldClaim{ids: mine}).only(settle)

@@ -123,7 +123,7 @@ func (t *InboxTable) takeParked(ctx context.Context, consumer string, limit int)
 	var parked []outbox.ParkedMessage
 	err := t.store.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		parked = nil
-		ids, err := pickIDs(ctx, tx, t.parked.pickTake, []byte(consumer), limit)
+		ids, err := queryIDs(ctx, tx, t.parked.pickTake, []byte(consumer), limit)
 		if err != nil || len(ids) == 0 {
 			return err
 		}
@@ -142,28 +142,6 @@ func (t *InboxTable) takeParked(ctx context.Context, consumer string, limit int)
 		return nil, fmt.Errorf("outboxmysql: take the retries of consumer %q from %s: %w", consumer, t.ParkedName(), err)
 	}
 	return parked, nil
-}
-
-// pickIDs runs the query stmt, which returns message ids, and reads them.
-func pickIDs(ctx context.Context, tx *sql.Tx, stmt string, args ...any) ([]uuid.UUID, error) {
-	rows, err := tx.QueryContext(ctx, stmt, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []uuid.UUID
-	for rows.Next() {
-		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
-			return nil, err
-		}
-		id, err := uuid.FromBytes(raw)
-		if err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
 }
 
 // Unpark forgets consumer's parked message id (outbox.ParkStore). If it
@@ -237,7 +215,7 @@ func (t *InboxTable) RequestRetry(ctx context.Context, consumer string, ids ...u
 			if batch != nil {
 				stmt, args = stmt+` AND p.message_id IN `+inList(len(batch)), append(args, idArgs(batch)...)
 			}
-			found, err := pickIDs(ctx, tx, stmt+` FOR UPDATE`, args...)
+			found, err := queryIDs(ctx, tx, stmt+` FOR UPDATE`, args...)
 			if err != nil {
 				return err
 			}

@@ -12,24 +12,7 @@ import (
 // and locks them: in key order only those move their keys back in the
 // queue (postponeHeld), and MySQL's UPDATE returns no rows to say which.
 func (s *Store) retriedHeads(ctx context.Context, tx *sql.Tx, o owner, ids []uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := tx.QueryContext(ctx, o.sql(idList(s.kstmts.retried, len(ids)))+" FOR UPDATE", o.args(idArgs(ids)...)...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []uuid.UUID
-	for rows.Next() {
-		var b []byte
-		if err := rows.Scan(&b); err != nil {
-			return nil, err
-		}
-		id, err := uuid.FromBytes(b)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+	return queryIDs(ctx, tx, o.sql(idList(s.kstmts.retried, len(ids)))+" FOR UPDATE", o.args(idArgs(ids)...)...)
 }
 
 // countOvertaken, in a store that skips dead messages in key order, adds

@@ -52,7 +52,7 @@ INSERT INTO `+s.set.side(sidePaused)+` (topic, paused_at, paused_by, reason) VAL
 ON DUPLICATE KEY UPDATE paused_by = VALUES(paused_by), reason = VALUES(reason)`, topic, by, reason); err != nil {
 			return err
 		}
-		ids, err := lockedIDs(ctx, tx, `
+		ids, err := queryIDs(ctx, tx, `
 SELECT id FROM `+s.set.qTable+`
 WHERE status = 'pending' AND topic = ? AND available_at < ?
 	AND (locked_until IS NULL OR locked_until <= UTC_TIMESTAMP(6))
@@ -102,28 +102,6 @@ func chunks(ids []uuid.UUID, n int) func(yield func([]uuid.UUID) bool) {
 	}
 }
 
-// lockedIDs runs a query of ids in tx and returns them.
-func lockedIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]uuid.UUID, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []uuid.UUID
-	for rows.Next() {
-		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
-			return nil, err
-		}
-		id, err := uuid.FromBytes(raw)
-		if err != nil {
-			return nil, fmt.Errorf("stored id %x is not a UUID: %w", raw, err)
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
-}
-
 // pauseLocked runs fn in a READ COMMITTED transaction while its connection
 // holds the table's pause lock (GET_LOCK), so that the pauses and resumes
 // of a table take turns: a resume's move back must see every other
@@ -168,7 +146,7 @@ func (s *Store) pauseLocked(ctx context.Context, fn func(ctx context.Context, tx
 func (s *Store) moveBack(ctx context.Context, tx *sql.Tx) (int, error) {
 	from := datetime(outboxdriver.PausedFrom, false)
 	paused := s.set.side(sidePaused)
-	ids, err := lockedIDs(ctx, tx, `
+	ids, err := queryIDs(ctx, tx, `
 SELECT o.id FROM `+s.set.qTable+` AS o
 WHERE o.status = 'pending' AND o.available_at >= ?
 	AND o.topic NOT IN (SELECT topic FROM `+paused+`)

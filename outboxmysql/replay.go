@@ -70,7 +70,7 @@ func (s *Store) Replay(ctx context.Context, f outboxdriver.ReplayFilter, limit i
 	var n int
 	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		n = 0
-		ids, err := lockedIDs(ctx, tx, `SELECT id FROM `+s.set.qTable+` WHERE `+where+` ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`,
+		ids, err := queryIDs(ctx, tx, `SELECT id FROM `+s.set.qTable+` WHERE `+where+` ORDER BY seq LIMIT ? FOR UPDATE SKIP LOCKED`,
 			append(args, limit)...)
 		if err != nil {
 			return err

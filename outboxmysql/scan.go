@@ -1,6 +1,7 @@
 package outboxmysql
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"strings"
@@ -126,4 +127,26 @@ func idArgs(ids []uuid.UUID) []any {
 // placeholders returns "?, ?, ..." with n marks (n > 0).
 func placeholders(n int) string {
 	return strings.Repeat("?, ", n-1) + "?"
+}
+
+// queryIDs runs query, which returns message ids, in tx and reads them.
+func queryIDs(ctx context.Context, tx *sql.Tx, query string, args ...any) ([]uuid.UUID, error) {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []uuid.UUID
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			return nil, err
+		}
+		id, err := uuid.FromBytes(raw)
+		if err != nil {
+			return nil, fmt.Errorf("stored id %x is not a UUID: %w", raw, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
