@@ -177,14 +177,18 @@ func (s *Service) PayOrder(ctx context.Context, id string) error {
 	})
 }
 
-// WaitApplied waits until the read model shows n events applied (each
-// order's summary, plus one for each paid one), for at most a minute.
+// WaitApplied waits until both handlers show n events applied, for at most
+// a minute: the read model (each order's summary, plus one for each paid
+// one) and the mailer (a mail each). Each handler applies its share in its
+// own transaction, so the read model may be done while a mail is not yet.
 func (s *Service) WaitApplied(ctx context.Context, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
 		var got int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) + count(*) FILTER (WHERE status = 'paid') FROM order_summaries`).Scan(&got)
+		err := s.pool.QueryRow(ctx, `SELECT LEAST(
+	(SELECT count(*) + count(*) FILTER (WHERE status = 'paid') FROM order_summaries),
+	(SELECT count(*) FROM sent_mails))`).Scan(&got)
 		if err == nil && got >= n {
 			return nil
 		}
