@@ -395,7 +395,9 @@ func testWakeLatency(t *testing.T, h Harness, cfg outbox.Config, ready func(), w
 		if err := write(ctx, m); err != nil {
 			t.Fatal(err)
 		}
-		rec.WaitFor(t, 5*time.Second, "message "+m.ID.String()+" to be published after its commit", func() bool { return rec.Count(m.ID) == 1 })
+		// Well short of the hour-long poll, and long enough for a WAL
+		// watch on a loaded 2-core CI machine (5 s failed there once).
+		rec.WaitFor(t, 30*time.Second, "message "+m.ID.String()+" to be published after its commit", func() bool { return rec.Count(m.ID) == 1 })
 		latencies = append(latencies, time.Since(start))
 	}
 	slices.Sort(latencies)
