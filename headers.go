@@ -7,6 +7,8 @@ import (
 // Reasons a header name is reserved. Each says why and how to fix it, and
 // reads after the header name in a *MessageError.
 const (
+	reservedClaimCheck  = "reserved: the claim check (outbox.ClaimCheck) names a payload's blob in it, and consumers fetch the blob it names; use another header name"
+	reservedEncoding    = "reserved: the SQS and SNS publishers say in it how the body encodes the payload; use another header name"
 	reservedAMQP        = "reserved: RabbitMQ also routes a message to the queues named in its CC and BCC headers; use another header name"
 	reservedCredentials = "reserved: it would carry credentials to the webhook endpoint, which come from the webhook publisher's configuration (URL, Config.Client), not from messages; use another header name"
 	reservedFraming     = "reserved: it belongs to the HTTP connection or the framing of the webhook request, which the HTTP client sets itself; use another header name"
@@ -33,6 +35,9 @@ var reservedHeaders = map[string]string{
 	"host":                reservedHost,
 	"idempotency-key":     reservedID,
 	"keep-alive":          reservedFraming,
+	"outbox-claim-check":  reservedClaimCheck,
+	"outbox-encoding":     reservedEncoding,
+	"outbox-id":           reservedID,
 	"outbox-key":          reservedKey,
 	"outbox-message-id":   reservedID,
 	"outbox-topic":        reservedTopic,

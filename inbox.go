@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -77,8 +79,10 @@ func (in *Inbox[TTx]) recordOutgoing(ctx context.Context, tx TTx, id uuid.UUID, 
 	}
 	wrote.mu.Lock()
 	defer wrote.mu.Unlock()
-	for table, ids := range wrote.byTable {
-		if err := rec.RecordOutgoing(ctx, tx, in.consumer, id, table, ids); err != nil {
+	// In the order of the tables' names, not the map's: the same handler
+	// then makes the same statements, run after run.
+	for _, table := range slices.Sorted(maps.Keys(wrote.byTable)) {
+		if err := rec.RecordOutgoing(ctx, tx, in.consumer, id, table, wrote.byTable[table]); err != nil {
 			return err
 		}
 	}

@@ -286,6 +286,14 @@ func (r *Relay) work(ctx context.Context, worker int) {
 			pending := settle.Len()
 			log.Warn("outbox relay: exchange with the store failed; retrying (check that the database is up and reachable)", slog.Any("error", err), slog.Int("pending_outcomes", pending))
 			if stopping {
+				if errors.Is(err, ErrNotMigrated) {
+					// The table is gone (dropped, or renamed away): there
+					// is nothing to record the outcomes in. Were it to come
+					// back, its messages would come due again when their
+					// lease ends: published ones would go out again.
+					log.Warn("outbox relay: stopping without recording outcomes: the table is missing; if it comes back, the published among them will be published again", slog.Int("outcomes", pending), slog.Any("error", err))
+					return
+				}
 				// Publishing is over, even if Run's ctx was cancelled: keep
 				// trying to record the outcomes while their lease lasts, or
 				// confirmed messages would be published again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -56,9 +57,14 @@ func (c *minuteCounts) putBack(published, failed int64) {
 const minuteIdleAdd = 50 * time.Second
 
 // minuteAdds is the state of a relay's adds to the per-minute rollup,
-// kept by its heartbeat loop.
+// kept by its heartbeat loop. Its zero value, with rollup set, is ready.
 type minuteAdds struct {
 	rollup outboxdriver.MinuteRollup // nil: the store keeps no rollup
+	// firstBeat is the heartbeat of the relay's first add, counting the
+	// one at start as 0, drawn by the first call (firstAddBeat) unless
+	// firstDrawn; beats counts the heartbeats seen until then.
+	firstDrawn       bool
+	firstBeat, beats int
 	// last is when an add last succeeded (zero: never).
 	last time.Time
 	// failures counts the adds that failed in a row.
@@ -69,13 +75,33 @@ type minuteAdds struct {
 	skip        int
 }
 
+// firstAddBeat draws the heartbeat of a relay's first add to the rollup:
+// not the one at start, and not the same for every relay. An add that
+// finds its minute without a sample counts the backlog (a scan of every
+// pending message), and relays start together, after a deploy or an
+// outage, when the backlog is at its largest: a relay of many tables starts
+// a relay per table at once. Counted at start, it took a quarter of the
+// first second of a 50,000-message drain from the relays; drawn between
+// the second and the sixth heartbeat (10 to 50 s with the default
+// interval), the scans of relays started together are spread, and each
+// minute still gets its sample.
+func firstAddBeat() int { return 1 + rand.IntN(5) }
+
 // addMinute adds the counts since the last add to the rollup, at a
-// heartbeat: at every one that has something to count, and every
-// minuteIdleAdd otherwise. Counts an add could not write are kept for the
-// next. A store without the rollup's table (not migrated that far) is told
-// once, at INFO, and asked again every registryRetryBeats heartbeats.
+// heartbeat: from its first add on (firstAddBeat), at every one that has
+// something to count, and every minuteIdleAdd otherwise. Counts an add
+// could not write are kept for the next. A store without the rollup's
+// table (not migrated that far) is told once, at INFO, and asked again
+// every registryRetryBeats heartbeats.
 func (r *Relay) addMinute(ctx context.Context, a *minuteAdds, now time.Time) {
 	if a.rollup == nil {
+		return
+	}
+	if !a.firstDrawn {
+		a.firstBeat, a.firstDrawn = firstAddBeat(), true
+	}
+	if a.beats < a.firstBeat {
+		a.beats++
 		return
 	}
 	if a.skip > 0 {

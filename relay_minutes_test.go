@@ -60,7 +60,7 @@ func TestAddMinuteKeepsTheCountsOfAFailedAddForTheNextBeat(t *testing.T) {
 	t.Parallel()
 	r := &Relay{log: slog.New(slog.DiscardHandler)}
 	rollup := &fakeRollup{errs: []error{errors.New("connection reset")}}
-	a := &minuteAdds{rollup: rollup}
+	a := &minuteAdds{rollup: rollup, firstDrawn: true} // the first add at start
 	start := time.Now()
 	r.lastWork.minutes.published.Add(5)
 	r.lastWork.minutes.failed.Add(2)
@@ -75,23 +75,69 @@ func TestAddMinuteKeepsTheCountsOfAFailedAddForTheNextBeat(t *testing.T) {
 	}
 }
 
-func TestAnIdleRelayAddsAtItsFirstBeatThenAboutOnceAMinute(t *testing.T) {
+func TestAnIdleRelayAddsAtItsSecondBeatThenAboutOnceAMinute(t *testing.T) {
 	t.Parallel()
 	r := &Relay{log: slog.New(slog.DiscardHandler)}
 	rollup := &fakeRollup{}
-	a := &minuteAdds{rollup: rollup}
+	a := minuteAdds{rollup: rollup, firstDrawn: true, firstBeat: 1}
 	start := time.Now()
-	for beat := range 12 { // two minutes of 10 s heartbeats
-		r.addMinute(t.Context(), a, start.Add(time.Duration(beat)*10*time.Second))
+	for beat := range 13 { // two minutes of 10 s heartbeats
+		r.addMinute(t.Context(), &a, start.Add(time.Duration(beat)*10*time.Second))
 	}
-	// At 0 s, 50 s and 100 s: every minute gets a row with a sample.
+	// At 10 s, 60 s and 110 s: not at the start, when relays starting
+	// together would all count the backlog, yet every minute gets a row
+	// with a sample.
 	if fmt.Sprint(rollup.adds) != "[[0 0] [0 0] [0 0]]" {
-		t.Fatalf("an idle relay's adds over two minutes of beats: %v; want three empty adds (at 0, 50 and 100 s)", rollup.adds)
+		t.Fatalf("an idle relay's adds over two minutes of beats: %v; want three empty adds (at 10, 60 and 110 s)", rollup.adds)
 	}
 	r.lastWork.minutes.failed.Add(1)
-	r.addMinute(t.Context(), a, start.Add(110*time.Second))
+	r.addMinute(t.Context(), &a, start.Add(120*time.Second))
 	if len(rollup.adds) != 4 || rollup.adds[3] != [2]int64{0, 1} {
 		t.Fatalf("a beat with a failure to count, 10 s after an add, wrote %v; want it added at once", rollup.adds)
+	}
+}
+
+// A relay's first add comes at a heartbeat drawn between its second and
+// its sixth, so that relays started together do not all count their
+// backlogs at once.
+func TestARelaysFirstAddComesAtABeatDrawnBetweenItsSecondAndItsSixth(t *testing.T) {
+	t.Parallel()
+	r := &Relay{log: slog.New(slog.DiscardHandler)}
+	seen := map[int]bool{}
+	for range 200 {
+		rollup := &fakeRollup{}
+		var a minuteAdds
+		a.rollup = rollup
+		beat := 0
+		for ; len(rollup.adds) == 0 && beat < 10; beat++ {
+			r.addMinute(t.Context(), &a, time.Now())
+		}
+		if first := beat - 1; first < 1 || first > 5 {
+			t.Fatalf("a relay's first add came at heartbeat %d (the one at start is 0); want the second to the sixth (1 to 5)", first)
+		} else {
+			seen[first] = true
+		}
+	}
+	if len(seen) < 2 {
+		t.Fatalf("200 relays all added first at the same heartbeat %v; want them spread", seen)
+	}
+}
+
+func TestARelayStartingKeepsItsFirstCountsForItsSecondBeat(t *testing.T) {
+	t.Parallel()
+	r := &Relay{log: slog.New(slog.DiscardHandler)}
+	rollup := &fakeRollup{}
+	a := minuteAdds{rollup: rollup, firstDrawn: true, firstBeat: 1}
+	start := time.Now()
+	r.lastWork.minutes.published.Add(3)
+	r.addMinute(t.Context(), &a, start)
+	if len(rollup.adds) != 0 {
+		t.Fatalf("the first beat added %v; want nothing before the second beat", rollup.adds)
+	}
+	r.lastWork.minutes.published.Add(2)
+	r.addMinute(t.Context(), &a, start.Add(10*time.Second))
+	if fmt.Sprint(rollup.adds) != "[[5 0]]" {
+		t.Fatalf("the second beat added %v; want the 5 published since the start", rollup.adds)
 	}
 }
 
@@ -101,7 +147,7 @@ func TestAMissingRollupTableIsLoggedOnceAndAskedAgainEveryTenBeats(t *testing.T)
 	r := &Relay{log: slog.New(slog.NewTextHandler(&logs, nil))}
 	notMigrated := fmt.Errorf("%w: the per-minute rollup does not exist (migration 10)", outboxdriver.ErrNotMigrated)
 	rollup := &fakeRollup{errs: []error{notMigrated, notMigrated}}
-	a := &minuteAdds{rollup: rollup}
+	a := &minuteAdds{rollup: rollup, firstDrawn: true} // the first add at start
 	start := time.Now()
 	r.lastWork.minutes.published.Add(4)
 	for beat := range 2*registryRetryBeats + 3 {

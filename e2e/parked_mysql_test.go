@@ -22,12 +22,12 @@ import (
 
 func TestNATSMessageThatKeepsFailingIsParkedInAMySQLInboxAcknowledgedOnlyOnceItsParkCommitsAndRetriedFromThere(t *testing.T) {
 	t.Parallel()
-	testNATSParkedAndRetried(t, newMySQLParkingDB)
+	testParkedAndRetried(t, newMySQLParkingDB, natsParking)
 }
 
 func TestNATSMessageBehindAParkedOneOfItsKeyWaitsInAMySQLInboxUntilThatOneIsRetried(t *testing.T) {
 	t.Parallel()
-	testNATSWaitsBehindParked(t, newMySQLParkingDB)
+	testWaitsBehindParked(t, newMySQLParkingDB, natsParking)
 }
 
 func TestRabbitMQMessageThatKeepsFailingIsParkedInAMySQLInboxAndRetriedFromThere(t *testing.T) {

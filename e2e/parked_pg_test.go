@@ -24,7 +24,7 @@ func newPGParkingDB(t *testing.T, consumer string, poison uuid.UUID) parkingDB {
 // after exactly MaxDeliver attempts and two rounds of retries.
 func TestNATSMessageThatKeepsFailingIsParkedInTheConsumersDatabaseAndRetriedFromThere(t *testing.T) {
 	t.Parallel()
-	testNATSParkedAndRetried(t, newPGParkingDB)
+	testParkedAndRetried(t, newPGParkingDB, natsParking)
 }
 
 // Issue 24, defect 7: the OrderPaid of order-1 is parked in the consumer's
@@ -36,7 +36,7 @@ func TestNATSMessageThatKeepsFailingIsParkedInTheConsumersDatabaseAndRetriedFrom
 // OrderCancelled was applied at once.
 func TestNATSMessageBehindAParkedOneOfItsKeyWaitsInTheConsumersDatabaseUntilThatOneIsRetried(t *testing.T) {
 	t.Parallel()
-	testNATSWaitsBehindParked(t, newPGParkingDB)
+	testWaitsBehindParked(t, newPGParkingDB, natsParking)
 }
 
 // With Parked set to an inbox table on PostgreSQL, a RabbitMQ message that

@@ -3,31 +3,26 @@ package e2e_test
 import (
 	"context"
 	"log/slog"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/amqptest"
 	"github.com/go-outbox/outbox/internal/kafkatest"
-	"github.com/go-outbox/outbox/internal/natstest"
 	"github.com/go-outbox/outbox/outboxamqp"
 	"github.com/go-outbox/outbox/outboxkafka"
-	"github.com/go-outbox/outbox/outboxnats"
 	"github.com/go-outbox/outbox/publishertest"
 	"github.com/go-outbox/outbox/relaytest"
 )
 
 // parkingDB is a consumer's own database with an inbox table that keeps
-// parked messages, on any store: the adapters' Parked tests below run on
-// each store that implements it (consumerDB on PostgreSQL, mysqlConsumerDB
-// on MySQL). Its handler fails on one message, the poison, until fix.
+// parked messages, on any store: the adapters' Parked tests (here and in
+// parked_broker_test.go) run on each store that implements it (consumerDB
+// on PostgreSQL, mysqlConsumerDB on MySQL). Its handler fails on one message, the poison, until fix.
 type parkingDB interface {
 	// handler counts the call, then applies m through the inbox.
 	handler(ctx context.Context, m outbox.Message) error
@@ -68,168 +63,6 @@ type newParkingDB func(t *testing.T, consumer string, poison uuid.UUID) parkingD
 var _ parkingDB = (*consumerDB)(nil)
 
 func (c *consumerDB) parkStore() outbox.ParkStore { return c.table }
-
-// testNATSParkedAndRetried: a JetStream message that keeps failing is
-// parked after MaxDeliver attempts, acknowledged on the server only once
-// its park committed (where the store can hold that commit), while the
-// others are applied once; a retry request while the handler still fails
-// parks it again; after the fix the next retry applies it once.
-func testNATSParkedAndRetried(t *testing.T, newDB newParkingDB) {
-	batch := publishertest.Messages("orders.created", 3)
-	poison := batch[0].ID
-	db := newDB(t, "billing", poison)
-	srv := natstest.Start(t)
-	js := srv.JetStream(t)
-	stream, prefix := natstest.NewStream(t, js, jetstream.StreamConfig{})
-	for i, err := range dialNATS(t, srv, outboxnats.Config{SubjectPrefix: prefix, Stream: stream}).Publish(ctxFor(t, 30*time.Second), batch) {
-		if err != nil {
-			t.Fatalf("publish %s: %v", batch[i].ID, err)
-		}
-	}
-	logs := &relaytest.LogCapture{}
-	cfg := outboxnats.ConsumerConfig{Stream: stream, Durable: "billing", MaxDeliver: 3, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-		Logger: slog.New(logs), Parked: db.parkStore()}
-	var hold func(t *testing.T, whileHeld func())
-	if g, ok := db.(parkGate); ok {
-		hold = g.gateFirstPark()
-	}
-	stop := running(t, func(ctx context.Context) error { return outboxnats.Consume(ctx, js, cfg, db.handler) })
-	info := func() *jetstream.ConsumerInfo {
-		cons, err := js.Consumer(ctxFor(t, 10*time.Second), stream, "billing")
-		if err != nil {
-			return nil
-		}
-		i, err := cons.Info(ctxFor(t, 10*time.Second))
-		if err != nil {
-			return nil
-		}
-		return i
-	}
-	if hold != nil {
-		hold(t, func() {
-			// The poison is the stream's first message: while it is
-			// unacknowledged the ack floor stays at 0.
-			i := info()
-			if i == nil {
-				t.Fatal("no consumer info from the server")
-			}
-			if i.AckFloor.Stream != 0 || i.NumAckPending == 0 {
-				t.Fatalf("while the park of %s (stream sequence 1) waits to commit, the server's ack floor is at stream sequence %d with %d pending; want 0 and at least 1: a process stopping now must get it again",
-					poison, i.AckFloor.Stream, i.NumAckPending)
-			}
-		})
-	}
-	waitFor(t, 20*time.Second, "the failing message parked in the consumer's database", func() bool { _, ok := db.parked(t, poison); return ok })
-	waitFor(t, 20*time.Second, "the other messages applied", func() bool { return db.applied(t, batch[1].ID) == 1 && db.applied(t, batch[2].ID) == 1 })
-	p, _ := db.parked(t, poison)
-	db.requireParked(t, p, batch[0], 3)
-	if !logs.Has(slog.LevelError, "parked", poison.String(), "no such customer") {
-		t.Errorf("no ERROR log naming the parked message and its error:\n%s", logs)
-	}
-	waitFor(t, 20*time.Second, "every message acknowledged on the server", func() bool {
-		i := info()
-		return i != nil && i.NumAckPending == 0 && i.AckFloor.Stream == uint64(len(batch))
-	})
-
-	// Retried while the cause is still there: parked again.
-	before := p.ParkedAt
-	db.requestRetry(t)
-	waitFor(t, 20*time.Second, "the retried message parked again", func() bool {
-		again, ok := db.parked(t, poison)
-		return ok && !again.RetryRequested && again.ParkedAt.After(before)
-	})
-	if n := db.tried(poison); n != 6 {
-		t.Fatalf("the failing message was tried %d times; want MaxDeliver = 3, and 3 more on the retry", n)
-	}
-
-	db.fix()
-	db.requestRetry(t, poison)
-	waitFor(t, 20*time.Second, "the retried message applied and unparked", func() bool {
-		_, stillParked := db.parked(t, poison)
-		return db.applied(t, poison) == 1 && !stillParked
-	})
-	stop()
-	if n := db.tried(poison); n != 7 {
-		t.Fatalf("the parked message reached the handler %d times in all; want 3 attempts, 3 on the first retry and 1 on the second: the server must not deliver it again", n)
-	}
-	for _, m := range batch {
-		if n := db.applied(t, m.ID); n != 1 {
-			t.Fatalf("message %s applied %d times; want once", m.ID, n)
-		}
-	}
-}
-
-// testNATSWaitsBehindParked: the OrderPaid of order-1 is parked; the
-// OrderCancelled of order-1 behind it is parked as waiting behind it, never
-// tried, and acknowledged, while order-2 goes on; once the handler is fixed,
-// retrying the OrderPaid applies it, then the OrderCancelled, once each.
-func testNATSWaitsBehindParked(t *testing.T, newDB newParkingDB) {
-	batch := publishertest.Messages("orders", 3)
-	batch[0].Key, batch[1].Key, batch[2].Key = "order-1", "order-1", "order-2"
-	paid, cancelled, other := batch[0], batch[1], batch[2]
-	db := newDB(t, "billing", paid.ID)
-	srv := natstest.Start(t)
-	js := srv.JetStream(t)
-	stream, prefix := natstest.NewStream(t, js, jetstream.StreamConfig{})
-	for i, err := range dialNATS(t, srv, outboxnats.Config{SubjectPrefix: prefix, Stream: stream}).Publish(ctxFor(t, 30*time.Second), batch) {
-		if err != nil {
-			t.Fatalf("publish %s: %v", batch[i].ID, err)
-		}
-	}
-	var (
-		mu    sync.Mutex
-		order []uuid.UUID
-	)
-	handler := func(ctx context.Context, m outbox.Message) error {
-		err := db.handler(ctx, m)
-		if err == nil {
-			mu.Lock()
-			order = append(order, m.ID)
-			mu.Unlock()
-		}
-		return err
-	}
-	applied := func() []uuid.UUID { mu.Lock(); defer mu.Unlock(); return slices.Clone(order) }
-	cfg := outboxnats.ConsumerConfig{Stream: stream, Durable: "billing", MaxDeliver: 2, BackoffBase: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-		Logger: relaytest.TestLogger(t), Parked: db.parkStore()}
-	stop := running(t, func(ctx context.Context) error { return outboxnats.Consume(ctx, js, cfg, handler) })
-
-	waitFor(t, 20*time.Second, "OrderCancelled parked behind OrderPaid", func() bool { _, ok := db.parked(t, cancelled.ID); return ok })
-	waitFor(t, 20*time.Second, "order-2 applied", func() bool { return db.applied(t, other.ID) == 1 })
-	head, _ := db.parked(t, paid.ID)
-	db.requireParked(t, head, paid, 2)
-	waiting, _ := db.parked(t, cancelled.ID)
-	if !waiting.Waiting || waiting.Behind != paid.ID || waiting.Attempts != 0 {
-		t.Fatalf("OrderCancelled %s: waiting %v behind %s after %d attempts; want waiting behind OrderPaid %s, never tried", cancelled.ID, waiting.Waiting, waiting.Behind, waiting.Attempts, paid.ID)
-	}
-	if n := db.applied(t, cancelled.ID); n != 0 || db.tried(cancelled.ID) != 0 {
-		t.Fatalf("OrderCancelled %s applied %d times, tried %d, while OrderPaid %s is parked; want never", cancelled.ID, n, db.tried(cancelled.ID), paid.ID)
-	}
-	cons, err := js.Consumer(ctxFor(t, 10*time.Second), stream, "billing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 20*time.Second, "every message acknowledged on the server", func() bool {
-		info, err := cons.Info(ctxFor(t, 10*time.Second))
-		return err == nil && info.NumAckPending == 0 && info.AckFloor.Stream == uint64(len(batch))
-	})
-
-	db.fix()
-	db.requestRetry(t, paid.ID)
-	waitFor(t, 20*time.Second, "OrderPaid and OrderCancelled applied", func() bool { return len(applied()) == 3 })
-	if got := applied(); !slices.Equal(got, []uuid.UUID{other.ID, paid.ID, cancelled.ID}) {
-		t.Fatalf("applied %v; want order-2's %s, then OrderPaid %s, then OrderCancelled %s", got, other.ID, paid.ID, cancelled.ID)
-	}
-	waitFor(t, 20*time.Second, "nothing left parked", func() bool {
-		_, p := db.parked(t, paid.ID)
-		_, c := db.parked(t, cancelled.ID)
-		return !p && !c
-	})
-	stop()
-	if db.applied(t, paid.ID) != 1 || db.applied(t, cancelled.ID) != 1 {
-		t.Fatalf("OrderPaid applied %d times, OrderCancelled %d; want once each", db.applied(t, paid.ID), db.applied(t, cancelled.ID))
-	}
-}
 
 // testRabbitMQParkedAndRetried: a RabbitMQ message that keeps failing is
 // parked after MaxDeliver attempts and acknowledged (neither requeued when

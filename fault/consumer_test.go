@@ -25,6 +25,7 @@ import (
 
 	"github.com/go-outbox/outbox"
 	"github.com/go-outbox/outbox/internal/amqptest"
+	"github.com/go-outbox/outbox/internal/clitest"
 	"github.com/go-outbox/outbox/internal/natstest"
 	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/outboxamqp"
@@ -77,8 +78,8 @@ type adapterConsumer struct {
 	s      *scenario
 	name   string
 	fx     *effects
-	log    *lockedBuffer // the adapter's warnings and errors
-	logger *slog.Logger  // writes to log
+	log    *clitest.LockedBuffer // the adapter's warnings and errors
+	logger *slog.Logger          // writes to log
 
 	applied, skipped, failed atomic.Int64
 
@@ -89,7 +90,7 @@ type adapterConsumer struct {
 
 // newConsumer returns the scenario's consumer, an adapter that run starts.
 func (s *scenario) newConsumer(name string) *adapterConsumer {
-	c := &adapterConsumer{s: s, name: name, fx: newEffects(s.t, s.schema, consumerLanes+2), log: &lockedBuffer{}}
+	c := &adapterConsumer{s: s, name: name, fx: newEffects(s.t, s.schema, consumerLanes+2), log: &clitest.LockedBuffer{}}
 	c.logger = slog.New(slog.NewTextHandler(c.log, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s.consumer = c
 	return c
@@ -204,7 +205,7 @@ func (s *scenario) consumeNATS(srv *natstest.Server, stream string) {
 	})
 }
 
-// natsConsumerRole is the child role of a consumer process:
+// natsConsumerRole is the child role of a NATS consumer process:
 // outboxnats.Consume on a JetStream stream, with an inbox on PostgreSQL,
 // until SIGINT.
 const natsConsumerRole = "nats-consumer"
@@ -230,18 +231,50 @@ const (
 // of the messages it applies.
 const dyingOdds = 4
 
-// natsConsumerMain is the main function of a consumer process.
+// dyingAckGrace is how long a process about to kill itself waits after
+// the inbox's commit: three times the longest an adapter's client holds an
+// acknowledgement before sending it, so that one sent before the handler
+// returned (a bug) reaches the broker and the message never comes again.
+const dyingAckGrace = 300 * time.Millisecond
+
+// natsConsumerMain is the main function of a NATS consumer process.
 func natsConsumerMain() int {
+	return consumerMain(natsConsumerRole, func(ctx context.Context, apply func(context.Context, outbox.Message) error) error {
+		nc, err := nats.Connect(os.Getenv(envNATSURL), natstest.ClientOptions()...)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		return outboxnats.Consume(ctx, js, natsConsumerConfig(os.Getenv(envStream), consumerProcLog()), apply)
+	})
+}
+
+// consumerProcLog is the adapter's logger in a consumer process: its
+// standard error, which the test shows if it fails.
+func consumerProcLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// consumerMain is the main function of a consumer process in role, until
+// SIGINT: consume runs the adapter's Consume, handing each message to apply,
+// which applies it through an inbox on PostgreSQL (envSchema) and tells what
+// it did on the standard output (evApplied...).
+func consumerMain(role string, consume func(ctx context.Context, apply func(context.Context, outbox.Message) error) error) int {
 	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, "consumer process:", err)
+		fmt.Fprintf(os.Stderr, "%s process: %v\n", role, err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	// SIGUSR1 arms the process: then a random draw makes one of the
 	// messages it applies its last. It kills itself after the inbox's
-	// commit, before the handler returns: the adapter acknowledges only
-	// once the handler returned, so that message stays unacknowledged.
+	// commit, before the handler returns: every adapter settles a message
+	// (ack, XACK, DeleteMessage) only once the handler returned, so that
+	// message stays unsettled and comes again.
 	var armed atomic.Bool
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
@@ -266,15 +299,20 @@ func natsConsumerMain() int {
 	if err != nil {
 		return fail(err)
 	}
-	handle, err := fx.handler(func(m outbox.Message, applied bool, err error) {
+	apply, err := fx.handler(func(m outbox.Message, applied bool, err error) {
 		switch {
 		case err != nil: // the adapter logs it and retries
 		case !applied:
 			emit(evSkipped, m.ID)
 		case armed.Load() && rand.IntN(dyingOdds) == 0:
 			emit(evDying, m.ID)
+			// The handler has not returned, so nothing may acknowledge the
+			// message; an adapter that did so early (before the handler)
+			// gets the time its client takes to send it: clients batch
+			// acknowledgements (Pub/Sub's every 100 ms).
+			time.Sleep(dyingAckGrace)
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // never return: nothing may acknowledge the message
+			select {} // never return: nothing may settle the message
 		default:
 			emit(evApplied, m.ID)
 		}
@@ -282,28 +320,20 @@ func natsConsumerMain() int {
 	if err != nil {
 		return fail(err)
 	}
-	nc, err := nats.Connect(os.Getenv(envNATSURL), natstest.ClientOptions()...)
-	if err != nil {
-		return fail(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fail(err)
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if err := outboxnats.Consume(ctx, js, natsConsumerConfig(os.Getenv(envStream), log), handle); err != nil {
+	if err := consume(ctx, apply); err != nil {
 		return fail(err)
 	}
 	return 0
 }
 
-// consumerProcs are consumer processes (natsConsumerRole) sharing one
-// durable JetStream consumer, which the test kills and starts again. They
-// tell what they do on their standard output (evApplied...).
+// consumerProcs are consumer processes of one adapter (a child role:
+// natsConsumerRole, redisConsumerRole, sqsConsumerRole, pubsubConsumerRole) sharing one durable
+// consumer, which the test kills and starts again. They tell what they do
+// on their standard output (evApplied...).
 type consumerProcs struct {
 	s     *scenario
 	fx    *effects
+	role  string
 	env   []string
 	procs []*consumerProc
 
@@ -314,11 +344,12 @@ type consumerProcs struct {
 	kills   int
 }
 
-// startConsumerProcs starts n consumer processes of stream on srv.
-func (s *scenario) startConsumerProcs(srv *natstest.Server, stream string, n int) *consumerProcs {
+// startConsumerProcs starts n consumer processes in role, with env (the
+// adapter's own variables) added to their environment besides envSchema.
+func (s *scenario) startConsumerProcs(role string, env []string, n int) *consumerProcs {
 	c := &consumerProcs{
 		s: s, fx: newEffects(s.t, s.schema, 2), skipped: map[uuid.UUID]int{},
-		env: []string{envNATSURL + "=" + srv.URL(), envStream + "=" + stream, envSchema + "=" + s.schema},
+		role: role, env: append(env, envSchema+"="+s.schema),
 	}
 	for range n {
 		c.procs = append(c.procs, c.start())
@@ -335,7 +366,7 @@ type consumerProc struct {
 
 func (c *consumerProcs) start() *consumerProc {
 	p := &consumerProc{}
-	p.child = startChild(c.s.t, natsConsumerRole, c.env, &lineWriter{fn: func(line string) { c.event(p, line) }})
+	p.child = startChild(c.s.t, c.role, c.env, &lineWriter{fn: func(line string) { c.event(p, line) }})
 	return p
 }
 
@@ -405,7 +436,29 @@ func (c *consumerProcs) kill(i int, afterCommit bool) {
 	c.procs[i] = c.start()
 }
 
-func (c *consumerProcs) label() string { return fmt.Sprintf("nats %d procs", len(c.procs)) }
+// killAlternately kills a random process kills times while the processes
+// apply total messages, alternately at once (after a random pause of up to
+// 200ms) and right after a commit (kill). Each kill waits for a fortieth of
+// total to be applied: the kills are over by a quarter of the run, with
+// messages still coming.
+func (c *consumerProcs) killAlternately(total, kills int) {
+	for k := range kills {
+		before := c.appliedSoFar()
+		waitFor(c.s.t, time.Minute, "the consumers to apply messages", func() bool { return c.appliedSoFar() >= before+total/(4*kills) })
+		i := rand.IntN(len(c.procs))
+		if k%2 == 1 {
+			c.kill(i, true)
+			continue
+		}
+		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
+		c.kill(i, false)
+	}
+}
+
+// label names the adapter by its role: "nats 2 procs".
+func (c *consumerProcs) label() string {
+	return fmt.Sprintf("%s %d procs", strings.TrimSuffix(c.role, "-consumer"), len(c.procs))
+}
 
 func (c *consumerProcs) settle(delivered map[uuid.UUID]bool) int {
 	t := c.s.t
@@ -473,25 +526,13 @@ func TestFaultConsumerKilledTenTimes(t *testing.T) {
 	// messages a second, so that the kills, spaced by the consumers'
 	// progress, fall while messages flow.
 	s.writePause = 50 * time.Millisecond
-	c := s.startConsumerProcs(srv, stream, procs)
+	c := s.startConsumerProcs(natsConsumerRole, []string{envNATSURL + "=" + srv.URL(), envStream + "=" + stream}, procs)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	writeDone := make(chan error, 1)
 	go func() { writeDone <- s.write(ctx, total, 3) }()
 	relay := s.startRelay(s.url, append([]string{"--lease", "10s"}, brokerRelayFlags...)...)
-	// Each kill waits for a fortieth of the messages to be applied: the
-	// kills are over by a quarter of the run, with messages still coming.
-	for k := range kills {
-		before := c.appliedSoFar()
-		waitFor(t, time.Minute, "the consumers to apply messages", func() bool { return c.appliedSoFar() >= before+total/(4*kills) })
-		i := rand.IntN(procs)
-		if k%2 == 1 {
-			c.kill(i, true)
-			continue
-		}
-		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
-		c.kill(i, false)
-	}
+	c.killAlternately(total, kills)
 	if err := <-writeDone; err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-outbox/outbox/internal/clitest"
 )
 
 func execCommand(cmdline ...string) ([]byte, error) {
@@ -45,7 +46,7 @@ func runChild() (code int, ok bool) {
 // child is a process of the test binary running a child role.
 type child struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *clitest.LockedBuffer
 	done   chan struct{}
 }
 
@@ -57,7 +58,7 @@ func startChild(t *testing.T, role string, env []string, stdout io.Writer) *chil
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
 	cmd.Stdout = stdout
-	c := &child{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	c := &child{cmd: cmd, stderr: &clitest.LockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -111,25 +112,6 @@ func (c *child) exited() bool {
 	default:
 		return false
 	}
-}
-
-// lockedBuffer collects what a process or a logger writes, for the test to
-// read meanwhile.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // lineWriter calls fn with each complete line written to it, without its

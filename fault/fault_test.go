@@ -2,20 +2,26 @@
 
 // Package fault is the fault-injection suite: relay processes killed at random
 // moments, the database stopped and restarted, RabbitMQ and NATS stopped and
-// restarted under relays publishing to them, stalled connections to the
+// restarted under relays publishing to them, Redis killed and restarted with
+// its append-only file, stalled connections to the
 // database and to the brokers, consumer processes killed at random moments.
 // Every scenario ends with the same invariant check: every committed message
 // delivered, no rolled-back message delivered, duplicates only from batches
 // in flight at a fault, counted and bounded, each key's messages in commit
 // order where the relays run --order-by-key, and a consumer's inbox applying
 // each delivered message once. In the broker scenarios that consumer is a
-// consumer adapter (outboxamqp.Consume, outboxnats.Consume) running through
+// consumer adapter (outboxamqp.Consume, outboxnats.Consume,
+// outboxredis.Consume) running through
 // the fault. Run it with scripts/fault (it needs a PostgreSQL it may stop:
 // TEST_PG_CTL, TEST_PGDATA, TEST_PG_RUNAS; a RabbitMQ it may stop:
 // TEST_AMQP_URL, TEST_RABBITMQ_CTL; and a MariaDB it may stop:
 // TEST_MYSQL_URL, TEST_MYSQL_CTL, TEST_MYSQL_BASE). broker_test.go holds the
 // broker scenarios, consumer_test.go the consumers, mariadb_test.go the
-// scenarios on MariaDB.
+// scenarios on MariaDB, redis_test.go those on Redis (which need
+// redis-server on the PATH), sqs_test.go the SQS consumers (goaws in the test
+// process, through internal/awstest; its relay runs in the test process, as
+// the CLI's SQS client cannot speak goaws's query protocol), pubsub_test.go
+// the Pub/Sub consumers (pstest and the relay in the test process).
 package fault
 
 import (

@@ -120,7 +120,10 @@ type Store interface {
 	// trip and one transaction: the per-batch statement count bounds the
 	// relay's throughput. Outcomes only apply to messages still leased to
 	// settle.Token; a message whose lease expired and was claimed again is left
-	// to its new holder.
+	// to its new holder. An error wrapping ErrNotMigrated says that the
+	// table itself is missing (dropped): a relay stopping then gives up
+	// recording settle at once rather than when its lease ends, so wrap it
+	// only then, not for a table at an older migration.
 	SettleAndClaim(ctx context.Context, settle Settlement, claim Claim) ([]Message, error)
 
 	// Release ends the leases of token on ids without counting an attempt, so

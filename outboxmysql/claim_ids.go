@@ -28,7 +28,7 @@ func (s *Store) ClaimIDs(ctx context.Context, ids []uuid.UUID, claim outboxdrive
 	var msgs []outboxdriver.Message
 	err := s.inTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		msgs = nil
-		rows, err := tx.QueryContext(ctx, `SELECT `+messageColumns+` FROM `+s.set.qTable+`
+		rows, err := tx.QueryContext(ctx, `SELECT `+messageColumns+` FROM `+s.set.byID()+`
 WHERE id IN (`+placeholders(len(ids))+`) AND status = 'pending' AND available_at <= UTC_TIMESTAMP(6)
 	AND (locked_until IS NULL OR locked_until <= UTC_TIMESTAMP(6))
 ORDER BY id

@@ -33,9 +33,12 @@ import (
 // A claim's locking read of the pending index keeps, on MariaDB, its lock
 // on the index entry of a row it passed over because another transaction
 // had locked the row by its primary key (a claim by id, an operator's
-// UPDATE by id), and on the entry just past the due rows it read: until
-// the claim ends, other claims pass over such a row too, and a change of
-// its due time or status waits. Such waits last one publish at most.
+// UPDATE by id), of a row it read and left because its lease by columns
+// was in force, and of the entry just past the due rows it read: until
+// the claim ends, other claims and NextDue pass over such a row too (once
+// it is due), and a change of its due time or status waits. Such waits
+// last one publish at most; the claim's own worker takes the row at its
+// next exchange, or a relay's poll does.
 //
 // The claims of every Store of the process are kept together, by token, so
 // that any Store of the table settles or releases a claim, whichever one
@@ -231,13 +234,21 @@ func (s *Store) exchangeHeld(ctx context.Context, conn *heldConn, settle outboxd
 	}
 	if conn == nil {
 		var due bool
-		if err := s.db.QueryRowContext(ctx, s.stmts.anyDueFree).Scan(&due); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		// A locking read can lose a deadlock (waiting for a row that
+		// another transaction deletes); reading again is safe.
+		err := retryTx(ctx, func() error {
+			err := s.db.QueryRowContext(ctx, s.stmts.anyDueFree).Scan(&due)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
 			return nil, fail(err)
 		}
 		if !due {
 			return nil, nil
 		}
-		var err error
 		if conn, err = s.heldConn(ctx, claim.Lease); err != nil {
 			return nil, fail(err)
 		}
@@ -441,21 +452,26 @@ var errHeldWithKeyOrder = &outbox.ConfigError{
 // nextDueFree is NextDue with TransactionLeases: the earliest due time of
 // the rows no held claim locks, the unleased ones' and the leased ones'.
 func (s *Store) nextDueFree(ctx context.Context) (wait time.Duration, found bool, err error) {
-	rows, err := s.db.QueryContext(ctx, s.stmts.nextDueFree)
+	// Its locking part can lose a deadlock; reading again is safe.
+	err = retryTx(ctx, func() error {
+		wait, found = 0, false
+		rows, err := s.db.QueryContext(ctx, s.stmts.nextDueFree)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var us int64
+			if err := rows.Scan(&us); err != nil {
+				return err
+			}
+			if d := time.Duration(us) * time.Microsecond; !found || d < wait {
+				wait, found = d, true
+			}
+		}
+		return rows.Err()
+	})
 	if err != nil {
-		return 0, false, fmt.Errorf("outboxmysql: find next due message in %s: %w", s.Name(), err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var us int64
-		if err := rows.Scan(&us); err != nil {
-			return 0, false, fmt.Errorf("outboxmysql: find next due message in %s: %w", s.Name(), err)
-		}
-		if d := time.Duration(us) * time.Microsecond; !found || d < wait {
-			wait, found = d, true
-		}
-	}
-	if err := rows.Err(); err != nil {
 		return 0, false, fmt.Errorf("outboxmysql: find next due message in %s: %w", s.Name(), err)
 	}
 	return wait, found, nil

@@ -53,7 +53,7 @@ func newKeyStatements(s settings) keyStatements {
 	AND seq < COALESCE((SELECT MIN(d.seq) FROM {t} AS d WHERE d.status = 'dead' AND d.` + "`key`" + ` = ? AND d.seq > ?), 9223372036854775807)`
 	}
 	r := strings.NewReplacer("{head_of_key}", headOfKey, "{not_behind_dead}", notBehindDead, "{dead_floor}", deadFloor)
-	r2 := strings.NewReplacer("{t}", s.qTable, "{now}", "UTC_TIMESTAMP(6)",
+	r2 := strings.NewReplacer("{t}", s.qTable, "{t by id}", s.byID(), "{now}", "UTC_TIMESTAMP(6)",
 		"{unleased}", "(locked_until IS NULL OR locked_until <= UTC_TIMESTAMP(6))",
 		"{unleased_o}", "(o.locked_until IS NULL OR o.locked_until <= UTC_TIMESTAMP(6))",
 		"{walk_limit}", strconv.Itoa(outboxdriver.KeyWalkLimit), "{window}", strconv.Itoa(outboxdriver.KeyWindow),
@@ -111,7 +111,7 @@ LIMIT ?`),
 		// spec §4.5 take, §4.9 locked_run: rows another claim holds, or
 		// that no longer qualify on their newest version, are passed over.
 		lock: sql(`
-SELECT {message_columns}, seq FROM {t}
+SELECT {message_columns}, seq FROM {t by id}
 WHERE status = 'pending' AND available_at <= {now} AND {unleased} AND id IN (`),
 		// spec §4.6 top_up, §4.7 second_top_up: the messages after a head
 		// (or after the last one taken), in seq order, each with whether
@@ -136,11 +136,11 @@ LIMIT ?)`),
 		// held behind its head anyway, and the next retry moves it.
 		postponeHeld: sql(`SELECT ` + "`key`" + `, seq, available_at FROM {t} WHERE status = 'pending' AND ` + "`key`" + ` <> '' AND id IN (`),
 		heldBehind:   sql(`SELECT id FROM {t} WHERE status = 'pending' AND ` + "`key`" + ` = ? AND seq > ? AND available_at < ? FOR UPDATE SKIP LOCKED`),
-		moveHeld:     sql(`UPDATE {t} SET available_at = ? WHERE id IN (`),
+		moveHeld:     sql(`UPDATE {t by id} SET available_at = ? WHERE id IN (`),
 		// Only the retries that apply move their keys: a settlement under
 		// a token that holds nothing changes nothing. MySQL's UPDATE
 		// returns no rows, so they are read (and locked) first.
-		retried: sql(`SELECT id FROM {t} WHERE lease_token = ? AND status = 'pending' AND id IN (`),
+		retried: sql(`SELECT id FROM {t by id} WHERE lease_token = ? AND status = 'pending' AND id IN (`),
 		anyDue:  sql(dueWindow + "\nSELECT " + dueNow),
 		// Otherwise the wait is until the earliest lease of a due row ends
 		// or the first message due later comes (NULL: none).

@@ -145,3 +145,31 @@ func latest(t *testing.T) int {
 	}
 	return m.Latest()
 }
+
+// A table renamed after its migration keeps its index names, which the
+// store's statements name: CheckSchema says so at start, with the fix,
+// rather than every claim failing.
+func TestCheckSchemaNamesAnIndexATableRenamedAfterItsMigrationLacks(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.DB(t)
+	migrated(t, db, outboxmysql.Options{Table: "events"})
+	if _, err := db.ExecContext(t.Context(), "RENAME TABLE events TO orders_outbox"); err != nil {
+		t.Fatal(err)
+	}
+	store, err := outboxmysql.New(db, outboxmysql.Options{Table: "orders_outbox"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = store.CheckSchema(t.Context())
+	if !errors.Is(err, outbox.ErrNotMigrated) || !strings.Contains(err.Error(), "orders_outbox_pending_idx") || !strings.Contains(err.Error(), "RENAME INDEX") {
+		t.Fatalf("CheckSchema of a renamed table: %v; want outbox.ErrNotMigrated naming orders_outbox_pending_idx and RENAME INDEX", err)
+	}
+	for _, idx := range []string{"pending_idx", "status_idx"} {
+		if _, err := db.ExecContext(t.Context(), "ALTER TABLE orders_outbox RENAME INDEX events_"+idx+" TO orders_outbox_"+idx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.CheckSchema(t.Context()); err != nil {
+		t.Fatalf("CheckSchema after the indexes were renamed: %v", err)
+	}
+}

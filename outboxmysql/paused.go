@@ -75,7 +75,7 @@ FOR UPDATE SKIP LOCKED`, topic, datetime(outboxdriver.PausedFrom, false))
 func (s *Store) shift(ctx context.Context, tx *sql.Tx, ids []uuid.UUID, op, set string) (int, error) {
 	var moved int64
 	for chunk := range chunks(ids, moveChunk) {
-		res, err := tx.ExecContext(ctx, `UPDATE `+s.set.qTable+` SET `+set+`available_at = available_at `+op+` INTERVAL ? MICROSECOND
+		res, err := tx.ExecContext(ctx, `UPDATE `+s.set.byStatusAndID()+` SET `+set+`available_at = available_at `+op+` INTERVAL ? MICROSECOND
 WHERE status = 'pending' AND id IN (`+placeholders(len(chunk))+`)`, append([]any{micros(outboxdriver.PauseShift)}, idArgs(chunk)...)...)
 		if err != nil {
 			return 0, err

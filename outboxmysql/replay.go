@@ -77,7 +77,7 @@ func (s *Store) Replay(ctx context.Context, f outboxdriver.ReplayFilter, limit i
 		}
 		for chunk := range chunks(ids, moveChunk) {
 			res, err := tx.ExecContext(ctx, `
-UPDATE `+s.set.qTable+` SET status = 'pending', attempts = 0, available_at = UTC_TIMESTAMP(6), published_at = NULL,
+UPDATE `+s.set.byStatusAndID()+` SET status = 'pending', attempts = 0, available_at = UTC_TIMESTAMP(6), published_at = NULL,
 	last_error = NULL, lease_token = NULL, locked_until = NULL
 WHERE status = 'published' AND id IN (`+placeholders(len(chunk))+`)`, idArgs(chunk)...)
 			if err != nil {

@@ -45,6 +45,9 @@ type statements struct {
 
 func newStatements(s settings) statements {
 	r := strings.NewReplacer("{t}", s.qTable,
+		"{t by id}", s.byID(),
+		"{t by status and id}", s.byStatusAndID(),
+		"{pending_idx}", quote(s.table+"_pending_idx"),
 		"{now}", "UTC_TIMESTAMP(6)",
 		"{unleased}", "(locked_until IS NULL OR locked_until <= UTC_TIMESTAMP(6))")
 	sql := func(q string) string { return r.Replace(strings.TrimSpace(q)) }
@@ -62,7 +65,7 @@ func newStatements(s settings) statements {
 		// claims do, with locking reads that skip locked rows (no row: none
 		// due). Outside a transaction each one's locks end with it.
 		anyDueFree: sql(`
-SELECT TRUE FROM {t} WHERE status = 'pending' AND available_at <= {now} AND {unleased}
+SELECT TRUE FROM {t} FORCE INDEX ({pending_idx}) WHERE status = 'pending' AND available_at <= {now} AND {unleased}
 ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`),
 		// A held claim's published rows, deleted by one primary key
 		// lookup each, without a token (the claim's locks make them its
@@ -87,32 +90,46 @@ DELETE o FROM JSON_TABLE(?, '$[*]' COLUMNS (h CHAR(32) PATH '$')) AS x
 STRAIGHT_JOIN {t} AS o ON o.id = UNHEX(x.h)
 WHERE o.lease_token = ?`),
 		leasedTo: sql(`SELECT id FROM {t} WHERE lease_token = ? AND id IN (`),
-		// NextDue's: µs until the first free unleased row is due, and
-		// until the first free leased one is. Both read the leased index,
-		// not the pending index that claims lock: a held claim keeps a
-		// lock on the pending entry just past the due rows it read, which
-		// a read of that index would pass over, and report the row after
-		// it.
+		// NextDue's: µs until the first message is due that no held claim
+		// holds. Only the first part locks: the due rows, read as claims
+		// read them (the pending index, in order, skipping locked rows),
+		// so it passes over held rows without a lock of its own on any of
+		// their index entries. A held claim's settlement must delete
+		// those entries, and would wait for a read that kept one (MariaDB
+		// keeps its lock on the entry of a row it skipped because the row
+		// was locked by its primary key only); that read waiting in turn
+		// for a row the settlement deletes was a deadlock, which the held
+		// claim could lose. The other parts read without locks: the first
+		// row not due yet (claims take due rows only; a leased one among
+		// them at most wakes the relay early), and the rows whose lease is
+		// in force, by the end of their lease (after their due time but
+		// for an operator's UPDATE of available_at).
 		//
-		// A lease ends after its
-		// message was due (claims lease due messages only), so the
-		// earliest lease end is the leased rows' earliest due time but
-		// for an operator's UPDATE of available_at.
+		// A row that became due while a held claim keeps a lock on its
+		// entry (MariaDB keeps the locks of the entry just past the due
+		// rows a claim read, and of rows it passed over) is missed by this
+		// part and by other claims until that claim ends, at its next
+		// exchange: the claim's own worker takes it then, or the relay's
+		// poll finds it.
 		nextDueFree: sql(`
 SELECT wait FROM (
-	(SELECT TIMESTAMPDIFF(MICROSECOND, {now}, available_at) AS wait FROM {t} WHERE status = 'pending' AND locked_until IS NULL
+	(SELECT TIMESTAMPDIFF(MICROSECOND, {now}, available_at) AS wait FROM {t} FORCE INDEX ({pending_idx})
+	WHERE status = 'pending' AND available_at <= {now} AND {unleased}
 	ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 	UNION ALL
-	(SELECT TIMESTAMPDIFF(MICROSECOND, {now}, GREATEST(available_at, locked_until)) FROM {t} WHERE status = 'pending' AND locked_until IS NOT NULL
-	ORDER BY locked_until LIMIT 1 FOR UPDATE SKIP LOCKED)
-) AS d`),
+	(SELECT TIMESTAMPDIFF(MICROSECOND, {now}, MIN(available_at)) FROM {t}
+	WHERE status = 'pending' AND available_at > {now})
+	UNION ALL
+	(SELECT TIMESTAMPDIFF(MICROSECOND, {now}, MIN(GREATEST(available_at, locked_until))) FROM {t}
+	WHERE status = 'pending' AND locked_until > {now})
+) AS d WHERE wait IS NOT NULL`),
 		// A message is due when available_at has come and no lease is in
 		// force: a lease that ran out leaves it in its old place in the
 		// queue. The claim reads the first entries of the pending index and
 		// locks the rows it returns (READ COMMITTED: no gap, see inTx),
 		// passing over rows that other claims or uncommitted inserts hold.
 		claimSelect: sql(`
-SELECT ` + messageColumns + ` FROM {t}
+SELECT ` + messageColumns + ` FROM {t} FORCE INDEX ({pending_idx})
 WHERE status = 'pending' AND available_at <= {now} AND {unleased}
 ORDER BY available_at, id
 LIMIT ?
@@ -121,14 +138,14 @@ FOR UPDATE SKIP LOCKED`),
 		// the due time, so a message whose relay died comes back by itself
 		// when its lease runs out, in its old place in the queue.
 		claimUpdate: sql(`
-UPDATE {t} SET locked_until = {now} + INTERVAL ? MICROSECOND, lease_token = ?
+UPDATE {t by id} SET locked_until = {now} + INTERVAL ? MICROSECOND, lease_token = ?
 WHERE status = 'pending' AND id IN (`),
 
 		settleKept: sql(`
-UPDATE {t} SET status = 'published', published_at = {now}, lease_token = NULL, locked_until = NULL
+UPDATE {t by id} SET status = 'published', published_at = {now}, lease_token = NULL, locked_until = NULL
 WHERE lease_token = ? AND id IN (`),
 		release: sql(`
-UPDATE {t} SET locked_until = NULL, lease_token = NULL
+UPDATE {t by id} SET locked_until = NULL, lease_token = NULL
 WHERE lease_token = ? AND status = 'pending' AND id IN (`),
 		// A message is due at available_at, or at the end of its lease if
 		// that is later. Both halves read the leased index: the unleased
@@ -162,7 +179,7 @@ SELECT
 		get:      sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE id = ?`),
 		listDead: sql(`SELECT ` + messageColumns + `, overtaken FROM {t} WHERE status = 'dead' AND id > ? ORDER BY id LIMIT ?`),
 		retryDead: sql(`
-UPDATE {t} SET status = 'pending', attempts = 0, available_at = {now}, lease_token = NULL, locked_until = NULL
+UPDATE {t by status and id} SET status = 'pending', attempts = 0, available_at = {now}, lease_token = NULL, locked_until = NULL
 WHERE status = 'dead' AND id IN (`),
 		retryAll: sql(`
 UPDATE {t} SET status = 'pending', attempts = 0, available_at = {now}, lease_token = NULL, locked_until = NULL
@@ -170,6 +187,31 @@ WHERE status = 'dead'`),
 		discardDead: sql(`DELETE FROM {t} WHERE status = 'dead' AND id IN (`),
 		now:         `SELECT UTC_TIMESTAMP(6)`,
 	}
+}
+
+// byID and byStatusAndID are the table in a statement that changes or
+// locks rows listed by id, with the one index that finds each listed row
+// by a lookup. Left to choose, the optimizer may read a range of another
+// index on status instead (status = 'pending' matches every pending row),
+// and a statement that changes or locks rows waits for each row it reads
+// that another transaction locks, a held claim's too.
+//
+// Claims and settlements go by primary key: such a statement waits for a
+// row before it has locked any of the row's index entries. Through
+// status_idx it would lock the row's (status, id) entry first, then wait
+// for the row; if a held claim holds that row (it was claimed again after
+// a lease by columns lapsed, and its first owner settles it late), the
+// held claim's own settlement must change that entry: a deadlock, which
+// the held claim may lose, and its batch is published again. Statements
+// that ask for rows of another status than pending (retry of dead
+// messages, replay of published ones) go by status_idx, which leaves the
+// pending rows, held ones among them, untouched.
+func (s settings) byID() string {
+	return s.qTable + " FORCE INDEX (PRIMARY)"
+}
+
+func (s settings) byStatusAndID() string {
+	return s.qTable + " FORCE INDEX (" + quote(s.table+"_status_idx") + ")"
 }
 
 // idList completes a statement that ends with "IN (" for n ids.
@@ -206,7 +248,7 @@ func caseByID(n int) string {
 // (id, attempts counted) pairs, the (id, delay µs) pairs, the (id, error)
 // pairs, the token, then the ids.
 func retrySQL(s settings, n int) string {
-	return `UPDATE ` + s.qTable + ` SET attempts = attempts + ` + caseByID(n) + `,
+	return `UPDATE ` + s.byID() + ` SET attempts = attempts + ` + caseByID(n) + `,
 	available_at = UTC_TIMESTAMP(6) + INTERVAL ` + caseByID(n) + ` MICROSECOND,
 	last_error = ` + caseByID(n) + `, lease_token = NULL, locked_until = NULL
 WHERE lease_token = ? AND status = 'pending' AND id IN (` + placeholders(n) + ")"
@@ -215,7 +257,7 @@ WHERE lease_token = ? AND status = 'pending' AND id IN (` + placeholders(n) + ")
 // deadSQL is the dead settlement of n messages. Its parameters: the (id,
 // error) pairs, the token, then the ids.
 func deadSQL(s settings, n int) string {
-	return `UPDATE ` + s.qTable + ` SET status = 'dead', attempts = attempts + 1,
+	return `UPDATE ` + s.byID() + ` SET status = 'dead', attempts = attempts + 1,
 	last_error = ` + caseByID(n) + `, lease_token = NULL, locked_until = NULL
 WHERE lease_token = ? AND status = 'pending' AND id IN (` + placeholders(n) + ")"
 }

@@ -124,3 +124,86 @@ func TestALeasedSettlementOnASmallTableDoesNotWaitForAHeldClaimOfOtherRows(t *te
 		t.Fatalf("stats: %+v, %v; want the 2 held messages pending, the rest gone", st, err)
 	}
 }
+
+// TestALateLeasedSettlementOfARowAHeldClaimTookOverWaitsForIt: a message
+// leased by its columns whose lease lapsed is claimed by a held claim; its
+// first owner then settles it late (a retry, after deleting the rest of its
+// batch). That settlement must wait for the held claim's row without
+// holding an index entry the held claim's settlement deletes: through
+// status_idx it did, the two deadlocked, and the held claim lost (its
+// batch published again).
+func TestALateLeasedSettlementOfARowAHeldClaimTookOverWaitsForIt(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.DB(t)
+	held := migrated(t, db, outboxmysql.Options{Table: randomTable(), TransactionLeases: true})
+	leased, err := outboxmysql.New(db, outboxmysql.Options{Table: held.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, held)
+	ctx := t.Context()
+	msgs := make([]*outbox.Message, 31)
+	for i := range msgs {
+		msgs[i] = &outbox.Message{Topic: "orders.late", Key: fmt.Sprint("k", i), Payload: []byte("x")}
+	}
+	if err := w.Transact(ctx, func(ctx context.Context, tx *sql.Tx) error { return w.Write(ctx, tx, msgs...) }); err != nil {
+		t.Fatal(err)
+	}
+	first := uuid.New()
+	claimed, err := leased.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 31, Lease: 200 * time.Millisecond, Token: first})
+	if err != nil || len(claimed) != 31 {
+		t.Fatalf("leased claim: %d messages, %v; want 31", len(claimed), err)
+	}
+	// The lease lapses; a held claim takes the first message.
+	second := uuid.New()
+	var took []outbox.Message
+	deadline := time.Now().Add(10 * time.Second)
+	for len(took) == 0 && time.Now().Before(deadline) {
+		if took, err = held.SettleAndClaim(ctx, outboxdriver.Settlement{}, outboxdriver.Claim{Limit: 1, Lease: time.Minute, Token: second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(took) != 1 {
+		t.Fatal("no held claim took a message whose lease lapsed")
+	}
+	x := took[0].ID
+	var rest []uuid.UUID
+	for _, m := range claimed {
+		if m.ID != x {
+			rest = append(rest, m.ID)
+		}
+	}
+	late := make(chan error, 1)
+	go func() {
+		_, err := leased.SettleAndClaim(ctx, outboxdriver.Settlement{Token: first, Published: rest,
+			Retry: []outboxdriver.Retry{{ID: x, Delay: time.Second, Error: "late"}}}, outboxdriver.Claim{})
+		late <- err
+	}()
+	// The late settlement waits for the held row: a statement of it on
+	// this small table runs for 200 ms. (INNODB_TRX does not always show
+	// the wait as one.)
+	for {
+		var waiting int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+WHERE COMMAND = 'Query' AND TIME_MS > 200 AND INFO LIKE ? AND INFO NOT LIKE '%PROCESSLIST%'`, "%"+held.Name()+"%").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		select {
+		case err := <-late:
+			t.Fatalf("the late settlement returned %v without waiting for the held claim's row", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if _, err := held.SettleAndClaim(ctx, outboxdriver.Settlement{Token: second, Published: []uuid.UUID{x}}, outboxdriver.Claim{}); err != nil {
+		t.Fatalf("the held claim's settlement beside a late leased settlement of its row: %v; want it recorded", err)
+	}
+	if err := <-late; err != nil {
+		t.Fatalf("late leased settlement: %v", err)
+	}
+	if st, err := held.Stats(ctx); err != nil || st.Pending != 0 {
+		t.Fatalf("stats: %+v, %v; want every message gone (the held claim published the retried one)", st, err)
+	}
+}

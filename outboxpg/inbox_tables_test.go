@@ -15,9 +15,22 @@ import (
 )
 
 // A handler may write to several outbox tables: its record is kept while a
-// message in any of them is pending, not only in the first it wrote to.
+// message in any of them is pending, not only in the first it wrote to or
+// the inbox's own. The inbox records the tables in the order of their names:
+// the message of the table it records first is published first, then that
+// of the other, so a record that kept either table alone would be purged
+// too early.
 func TestInboxRecordWaitsForEveryOutboxTableItsHandlerWroteTo(t *testing.T) {
 	t.Parallel()
+	for _, publishFirst := range []string{"first by name", "last by name"} {
+		t.Run("the table "+publishFirst+" published first", func(t *testing.T) {
+			t.Parallel()
+			testInboxRecordWaitsForBothTables(t, publishFirst == "first by name")
+		})
+	}
+}
+
+func testInboxRecordWaitsForBothTables(t *testing.T, firstByName bool) {
 	store, table := newOutboxAndInbox(t)
 	other := newStore(t, pgtest.Pool(t), outboxpg.Options{})
 	in, err := outbox.NewInbox(table, "billing")
@@ -36,17 +49,21 @@ func TestInboxRecordWaitsForEveryOutboxTableItsHandlerWroteTo(t *testing.T) {
 	}); err != nil || !applied {
 		t.Fatalf("handle message %s writing to two outbox tables: applied %v, %v", id, applied, err)
 	}
-	publishOne(t, store, first.ID)
+	early, late, earlyID, lateID := store, other, first.ID, second.ID
+	if (early.Name() < late.Name()) != firstByName {
+		early, late, earlyID, lateID = other, store, second.ID, first.ID
+	}
+	publishOne(t, early, earlyID)
 	// Purge twice: the first purge may only start the countdown.
 	for i := range 2 {
 		if n, err := outbox.PurgeInboxOnce(t.Context(), table, 0, 100); err != nil || n != 0 {
-			t.Fatalf("purge %d with %s pending in %s: %d deleted, %v; want the record of %s kept", i+1, second.ID, other.Name(), n, err, id)
+			t.Fatalf("purge %d with %s pending in %s: %d deleted, %v; want the record of %s kept", i+1, lateID, late.Name(), n, err, id)
 		}
 	}
 	if applied, err := in.Handle(t.Context(), id, func(context.Context, pgx.Tx) error { return nil }); err != nil || applied {
-		t.Fatalf("redelivery of %s while %s is pending: applied %v, %v; want skipped", id, second.ID, applied, err)
+		t.Fatalf("redelivery of %s while %s is pending: applied %v, %v; want skipped", id, lateID, applied, err)
 	}
-	publishOne(t, other, second.ID)
+	publishOne(t, late, lateID)
 	deadline := time.Now().Add(10 * time.Second)
 	for deleted := 0; deleted == 0; {
 		n, err := outbox.PurgeInboxOnce(t.Context(), table, 0, 100)

@@ -2,14 +2,17 @@ package outboxpg
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -405,6 +408,21 @@ func idleTimeout(lease time.Duration) string {
 
 // exchangeError describes a failed exchange.
 func exchangeError(table string, settle outboxdriver.Settlement, claim outboxdriver.Claim, err error) error {
+	if tableMissing(table, err) {
+		// The table is gone (dropped, or renamed away): a relay stopping
+		// need not try to record its outcomes until their lease ends.
+		err = fmt.Errorf("%w: %w", outboxdriver.ErrNotMigrated, err)
+	}
 	return fmt.Errorf("outboxpg: exchange on %s (settle %d published, %d retried, %d dead, %d released; claim %d): %w",
 		table, len(settle.Published), len(settle.Retry), len(settle.Dead), len(settle.Release), claim.Limit, err)
+}
+
+// tableMissing reports whether err says that table ("schema.table") itself
+// does not exist: an undefined_table error naming it, raised by the
+// statement rather than inside a function (a trigger writing to another
+// table that is missing leaves the outbox table and its rows in place).
+func tableMissing(table string, err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01" && pgErr.Where == "" &&
+		strings.Contains(pgErr.Message, `"`+table+`"`)
 }

@@ -1,4 +1,5 @@
-// Package outboxredis publishes outbox messages to Redis streams.
+// Package outboxredis publishes outbox messages to Redis streams, and
+// consumes them (Consume).
 //
 // A Publisher appends each message to a stream with XADD and counts it as
 // published once Redis replied with the entry's id. A batch goes as one
@@ -66,6 +67,17 @@
 //     rename the key), refused credentials or ACL permissions.
 //
 // Every error is a *PublishError naming the message id and stream.
+//
+// # Consuming
+//
+// Consume reads a stream through a consumer group and acknowledges (XACK)
+// each entry only after the handler returned nil: with an inbox, after the
+// inbox's transaction committed. Entries a dead consumer of the group left
+// unacknowledged are taken over after ConsumerConfig.ClaimAfter
+// (XAUTOCLAIM), their deliveries counted towards MaxDeliver; a message that
+// keeps failing is parked on ConsumerConfig.ParkStream (XADD, then XACK) or
+// in ConsumerConfig.Parked. Key order holds within one process. See
+// docs/redis.md.
 //
 // # Clients
 //

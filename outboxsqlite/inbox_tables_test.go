@@ -14,9 +14,20 @@ import (
 )
 
 // A handler may write to several outbox tables of the file: its record is
-// kept while a message in any of them is pending, not only in the Store's.
+// kept while a message in any of them is pending, not only in the first it
+// wrote to or the Store's. Each table's message is published first in turn,
+// so a record that kept either table alone would be purged too early.
 func TestInboxRecordWaitsForEveryOutboxTableItsHandlerWroteTo(t *testing.T) {
 	t.Parallel()
+	for _, publishFirst := range []string{"first by name", "last by name"} {
+		t.Run("the table "+publishFirst+" published first", func(t *testing.T) {
+			t.Parallel()
+			testInboxRecordWaitsForBothTables(t, publishFirst == "first by name")
+		})
+	}
+}
+
+func testInboxRecordWaitsForBothTables(t *testing.T, firstByName bool) {
 	store := newStore(t, outboxsqlite.Options{})
 	opts := outboxsqlite.Options{Table: randomTable()}
 	m, err := outboxsqlite.NewMigrator(store.DB(), opts)
@@ -49,16 +60,20 @@ func TestInboxRecordWaitsForEveryOutboxTableItsHandlerWroteTo(t *testing.T) {
 	}); err != nil || !applied {
 		t.Fatalf("handle message %s writing to two outbox tables: applied %v, %v", id, applied, err)
 	}
-	publishOne(t, store, second.ID)
+	early, late, earlyID, lateID := outboxdriver.Store(store), outboxdriver.Store(other), second.ID, first.ID
+	if (early.Name() < late.Name()) != firstByName {
+		early, late, earlyID, lateID = other, store, first.ID, second.ID
+	}
+	publishOne(t, early, earlyID)
 	for i := range 2 {
 		if n, err := outbox.PurgeInboxOnce(t.Context(), table, 0, 100); err != nil || n != 0 {
-			t.Fatalf("purge %d with %s pending in %s: %d deleted, %v; want the record of %s kept", i+1, first.ID, other.Name(), n, err, id)
+			t.Fatalf("purge %d with %s pending in %s: %d deleted, %v; want the record of %s kept", i+1, lateID, late.Name(), n, err, id)
 		}
 	}
 	if applied, err := in.Handle(t.Context(), id, func(context.Context, *sql.Tx) error { return nil }); err != nil || applied {
-		t.Fatalf("redelivery of %s while %s is pending: applied %v, %v; want skipped", id, first.ID, applied, err)
+		t.Fatalf("redelivery of %s while %s is pending: applied %v, %v; want skipped", id, lateID, applied, err)
 	}
-	publishOne(t, other, first.ID)
+	publishOne(t, late, lateID)
 	deadline := time.Now().Add(10 * time.Second)
 	for deleted := 0; deleted == 0; {
 		n, err := outbox.PurgeInboxOnce(t.Context(), table, 0, 100)

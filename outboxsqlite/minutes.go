@@ -37,8 +37,7 @@ func (s *Store) AddMinute(ctx context.Context, published, failed int64) error {
 		if !sampled.Valid {
 			var oldest sql.NullInt64
 			if err := c.QueryRowContext(ctx, `
-SELECT (SELECT count(*) FROM `+s.set.qTable+` WHERE status = 'pending'),
-	(SELECT min(created_at) FROM `+s.set.qTable+` WHERE status = 'pending')`).Scan(&pending, &oldest); err != nil {
+SELECT count(*), min(created_at) FROM `+s.set.qTable+` WHERE status = 'pending'`).Scan(&pending, &oldest); err != nil {
 				return err
 			}
 			oldestMS = sql.NullInt64{Valid: true}

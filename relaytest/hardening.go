@@ -382,9 +382,16 @@ func (c *LogCapture) Handle(_ context.Context, r slog.Record) error {
 // Has reports whether one record at level or above contains every one of
 // words.
 func (c *LogCapture) Has(level slog.Level, words ...string) bool {
+	return c.Count(level, words...) > 0
+}
+
+// Count returns how many records at level or above contain every one of
+// words.
+func (c *LogCapture) Count(level slog.Level, words ...string) int {
 	c = c.root()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	n := 0
 next:
 	for i, line := range c.records {
 		if c.levels[i] < level {
@@ -395,9 +402,9 @@ next:
 				continue next
 			}
 		}
-		return true
+		n++
 	}
-	return false
+	return n
 }
 
 // String returns every record, one per line.

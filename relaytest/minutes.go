@@ -79,6 +79,6 @@ func TestRelayAddsToTheMinuteRollup(t *testing.T, h Harness) {
 		t.Fatalf("after the relay stopped the rollup sums %d published, %d failed; want still 4 and 2 (3 published at once, 1 after a retry; 1 retried, 1 dead)", published, failed)
 	}
 	if !sampled {
-		t.Fatal("no minute of the rollup has a sample of the backlog; want the relay's first add to take one")
+		t.Fatal("no minute of the rollup has a sample of the backlog; want the first add of a minute to take one")
 	}
 }

@@ -52,6 +52,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		t.Parallel()
 		testRollback(t, newHarness(t))
 	})
+	t.Run("TablesRelayServesTheTablesItsSourceListsAndStopsTheOthers", func(t *testing.T) {
+		t.Parallel()
+		testTablesRelay(t, newHarness)
+	})
 	t.Run("ConcurrentWritersAndRelaysPublishEveryMessageExactlyOnce", func(t *testing.T) {
 		t.Parallel()
 		testConcurrent(t, newHarness(t))

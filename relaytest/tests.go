@@ -445,6 +445,25 @@ func waitIdle(t *testing.T, h Harness, interval time.Duration) {
 	}
 }
 
+// waitForStatement waits up to 10s for a statement matching match among
+// the store's statements from index from on, and returns its index.
+func waitForStatement(t *testing.T, h Harness, from int, match func(sql string) bool, what string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all := h.Statements()
+		if from < len(all) {
+			if i := slices.IndexFunc(all[from:], match); i >= 0 {
+				return from + i
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not sent within 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func isSelect(sql string) bool {
 	return strings.HasPrefix(strings.ToUpper(strings.TrimSpace(sql)), "SELECT")
 }
@@ -471,7 +490,15 @@ func testIdle(t *testing.T, h Harness) {
 	rec := NewRecorder()
 	StartRelay(t, h.Store, rec, outbox.Config{PollInterval: interval, HeartbeatInterval: heartbeat, Workers: workers})
 	waitIdle(t, h, interval)
-	before := len(h.Statements())
+	// The relay's first add to the per-minute rollup, at one of its first
+	// heartbeats, writes the minute's row and counts the backlog; the next
+	// comes a minute later. The window starts at the registry beat after
+	// it, so that the idle workers the add woke (on a store whose own
+	// writes wake them) have probed before the window, not in it.
+	isMinuteAdd := func(sql string) bool { return strings.Contains(sql, "_minutes") && strings.Contains(sql, "INSERT") }
+	isBeat := func(sql string) bool { return strings.Contains(sql, "_relays") && strings.Contains(sql, "INSERT") }
+	added := waitForStatement(t, h, 0, isMinuteAdd, "the relay's first add to the per-minute rollup")
+	before := waitForStatement(t, h, added+1, isBeat, "the registry beat after the relay's first add to the per-minute rollup") + 1
 	time.Sleep(window) // measuring what happens over a stretch of idle time
 	idle := h.Statements()[before:]
 	// The registry beats, one per heartbeat plus one the window may

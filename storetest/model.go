@@ -43,6 +43,13 @@ type ModelHarness struct {
 	Touch func(ctx context.Context, ids []uuid.UUID) error
 	// Vacuum vacuums the table (full: rewrites it, VACUUM FULL).
 	Vacuum func(ctx context.Context, full bool) error
+	// HeldClaimsKeepTheNextEntry says that a claim held in a transaction
+	// that read past its due rows (it returned fewer than its limit) keeps
+	// a lock on the next entry of the index it read until it ends, as
+	// MariaDB's locking reads do: a message that becomes due meanwhile is
+	// passed over by other claims and NextDue until that claim ends. The
+	// model then lets them miss such a message (outboxmysql documents it).
+	HeldClaimsKeepTheNextEntry bool
 }
 
 // Environment variables of the model runs.

@@ -231,7 +231,7 @@ func (r *modelRun) checkClaim(got []outboxdriver.Message, limit int, t0, t1 time
 		}
 	}
 	for _, m := range r.all {
-		if seen[m.id] || !r.claimableSure(m, t0) {
+		if seen[m.id] || !r.claimableSure(m, t0) || r.hiddenByHeldClaim(m) {
 			continue
 		}
 		if len(got) < limit {
@@ -320,6 +320,8 @@ func (r *modelRun) checkNextDue() error {
 		}
 		pending = true
 		switch {
+		case r.claimableSure(m, t0) && r.hiddenByHeldClaim(m):
+			// Passed over until the claim holding its entry ends.
 		case r.claimableSure(m, t0):
 			dueNow = true
 		case !r.isHead(m):

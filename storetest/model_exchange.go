@@ -73,7 +73,7 @@ func (r *modelRun) opExchange(settle, claim bool) error {
 		return nil
 	}
 	nc := &modelClaim{name: fmt.Sprintf("c%d", r.nClaims), token: cl.Token, held: r.held, short: cl.Lease < time.Second,
-		lease: cl.Lease, startLo: h0, startHi: h1, ids: ids(got)}
+		lease: cl.Lease, startLo: h0, startHi: h1, ids: ids(got), partial: len(got) < cl.Limit}
 	nc.remaining = nc.ids
 	for _, id := range nc.ids {
 		m := r.byID[id]

@@ -74,8 +74,11 @@ type modelClaim struct {
 	// remaining are the ids a held claim still holds (a release of part
 	// of it takes them out, and shows when the claim is settled).
 	remaining []uuid.UUID
-	ended     string // why it ended; "" while live
-	killed    bool
+	// partial: it returned fewer messages than its limit, so it read past
+	// the due rows (see ModelHarness.HeldClaimsKeepTheNextEntry).
+	partial bool
+	ended   string // why it ended; "" while live
+	killed  bool
 }
 
 func (c *modelClaim) endLo() time.Time { return c.startLo.Add(c.lease) }
@@ -242,6 +245,21 @@ func free(m *modelMsg) bool { return m.status == outboxdriver.StatusPending && m
 // due and free; claimableMaybe whether it may.
 func (r *modelRun) claimableSure(m *modelMsg, t0 time.Time) bool {
 	return free(m) && !m.avHi.After(t0) && r.isHead(m)
+}
+
+// hiddenByHeldClaim reports whether a live held claim may keep m's entry
+// locked (ModelHarness.HeldClaimsKeepTheNextEntry): it read past its due
+// rows when m was perhaps not due yet.
+func (r *modelRun) hiddenByHeldClaim(m *modelMsg) bool {
+	if !r.h.HeldClaimsKeepTheNextEntry {
+		return false
+	}
+	for _, c := range r.claims {
+		if c.ended == "" && c.held && c.partial && m.avHi.After(c.startLo) {
+			return true
+		}
+	}
+	return false
 }
 
 func claimableMaybe(m *modelMsg, t1 time.Time) bool {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -246,5 +248,23 @@ func TestCommandsOnATableNotMigratedNameMigrateUp(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A library logging through slog's default after the command returned (as
+// go-redis does from its own goroutines) must not write into the caller's
+// stderr, which the caller may be reading by then.
+func TestRunStopsWritingToItsStderrWhenItReturns(t *testing.T) {
+	prev := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	var stderr bytes.Buffer
+	db := "sqlite:" + filepath.Join(t.TempDir(), "app.db")
+	if code := run(context.Background(), []string{"migrate", "up", "--database-url", db}, io.Discard, &stderr); code != 0 {
+		t.Fatalf("outbox migrate up: exit %d, stderr %q", code, stderr.String())
+	}
+	before := stderr.Len()
+	slog.Warn("a line logged after the command returned")
+	if stderr.Len() != before {
+		t.Fatalf("a line logged through slog's default after run returned reached the caller's stderr: %q", stderr.String()[before:])
 	}
 }

@@ -54,6 +54,7 @@ func newConsoleCommand(g *globalFlags) *cobra.Command {
 		allowHosts     []string
 		authValues     []string
 		allTables      bool
+		claimCheckURL  string
 		inboxTableName string
 		readOnly       bool
 		tables         []string
@@ -157,12 +158,16 @@ changed since the page was read.`,
 				return err
 			}
 			c.auth, c.readOnly, c.stuckAfter = auth, readOnly, stuckAfter
+			if c.claimCheck, err = openClaimCheck(cmd.Context(), claimCheckURL, false); err != nil {
+				ln.Close()
+				return err
+			}
 			set := c.forTables(opened.tables)
 			// Beyond loopback, a client that opens connections and sends
 			// nothing must not keep them.
 			srv := &http.Server{Handler: set.handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 			g.logger.Info("outbox console: serving", slog.String("url", "http://"+ln.Addr().String()+"/"), slog.Any("tables", set.names()),
-				slog.String("auth", c.authKinds()), slog.Bool("read_only", readOnly))
+				slog.String("auth", c.authKinds()), slog.Bool("read_only", readOnly), slog.Bool("discard_deletes_blobs", c.claimCheck != nil))
 			done := make(chan error, 1)
 			go func() { done <- srv.Serve(ln) }()
 			select {
@@ -183,6 +188,7 @@ changed since the page was read.`,
 	// It shadows the global --table, which names one table.
 	cmd.Flags().StringArrayVar(&tables, "table", nil, "an outbox table to serve (default outbox); repeat it for several, each served under /t/SCHEMA.TABLE/ with an index of them at /; on PostgreSQL SCHEMA.TABLE names a table of another schema than --schema")
 	cmd.Flags().BoolVar(&allTables, "all-tables", false, "serve every outbox table of --schema (PostgreSQL) or of the file (SQLite): each table that has its TABLE_migrations table beside it")
+	cmd.Flags().StringVar(&claimCheckURL, "claim-check", "", claimCheckFlagUsage+"; a discard deletes the messages' blobs too")
 	cmd.Flags().DurationVar(&stuckAfter, "stuck-after", consoleStuckAfter, "a key whose head waited longer is stuck, and pending messages this old with nothing published for as long are no progress (as for outbox status)")
 	return cmd
 }
@@ -197,7 +203,10 @@ type console struct {
 	csrf  string          // the token every form carries, new for each process
 	hosts map[string]bool // host names it answers besides localhost and IP addresses
 	inbox inboxTable      // nil without --inbox-table
-	log   *slog.Logger
+	// claimCheck is --claim-check: a discard deletes the messages' blobs
+	// too; nil without one.
+	claimCheck *claimCheck
+	log        *slog.Logger
 	// noOutbox says why there is no outbox table to show ("" when there
 	// is): the outbox pages say it, the inbox pages work.
 	noOutbox string

@@ -241,7 +241,9 @@ func (c *console) act(w http.ResponseWriter, r *http.Request, line *auditLine, i
 	case "retry":
 		call = c.admin.RetryDead
 	case "discard":
-		call = c.admin.DiscardDead
+		call = func(ctx context.Context, ids ...uuid.UUID) (int, error) {
+			return c.claimCheck.discardDead(ctx, c.admin, ids...)
+		}
 	default:
 		http.NotFound(w, r)
 		return

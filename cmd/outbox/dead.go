@@ -261,12 +261,16 @@ func refuseOvertaken(dead []outbox.Message) error {
 }
 
 func newDeadDiscardCommand(g *globalFlags) *cobra.Command {
-	var group string
+	var group, claimCheckURL string
 	cmd := &cobra.Command{
 		Use:   "discard (ID... | --group G)",
 		Short: "Delete dead messages for good",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ids, err := idsOrAll(args, group != "")
+			if err != nil {
+				return err
+			}
+			cc, err := openClaimCheck(cmd.Context(), claimCheckURL, false)
 			if err != nil {
 				return err
 			}
@@ -280,15 +284,19 @@ func newDeadDiscardCommand(g *globalFlags) *cobra.Command {
 					return err
 				}
 			}
-			n, err := b.admin.DiscardDead(cmd.Context(), ids...)
-			if err != nil {
+			n, err := cc.discardDead(cmd.Context(), b.admin, ids...)
+			if err != nil && n == 0 {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%d message(s) discarded\n", n)
+			if err != nil {
+				return err // the blobs that stay
+			}
 			return missing(len(ids), n, "dead")
 		},
 	}
 	cmd.Flags().StringVar(&group, "group", "", "discard every message of this group of `outbox dead groups`")
+	cmd.Flags().StringVar(&claimCheckURL, "claim-check", "", claimCheckFlagUsage+"; the discarded messages' blobs are deleted")
 	return cmd
 }
 

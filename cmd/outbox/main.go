@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -28,6 +29,14 @@ func main() {
 
 // run executes the CLI with args and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// The command sets slog's default logger, which writes to stderr, and
+	// libraries (go-redis, the publishers' start checks) log through the
+	// default from their own goroutines. Detaching stderr when run returns
+	// keeps a late line from writing into a caller's buffer the caller is
+	// already reading, as the in-process tests do with many runs at once.
+	errOut := &detachingWriter{w: stderr}
+	defer errOut.detach()
+	stderr = errOut
 	root := newRootCommand(stdout, stderr)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
@@ -44,6 +53,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// detachingWriter serialises writes to w until detach, and drops them after.
+type detachingWriter struct {
+	mu sync.Mutex
+	w  io.Writer // nil once detached
+}
+
+func (d *detachingWriter) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.w == nil {
+		return len(p), nil
+	}
+	return d.w.Write(p)
+}
+
+func (d *detachingWriter) detach() {
+	d.mu.Lock()
+	d.w = nil
+	d.mu.Unlock()
 }
 
 // usageError marks errors in how the command was called (exit code 2).

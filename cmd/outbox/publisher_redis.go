@@ -43,6 +43,10 @@ type redisTarget struct {
 // connects); when it answers, refused credentials or a stream key of another
 // type fail the start instead of making every batch fail.
 func openRedis(raw string) (outbox.Publisher, error) {
+	// go-redis writes its own lines (a pool's failed dials, a reconnect)
+	// to stderr through a global logger: send them to the relay's log,
+	// with any password seen in a URL taken out.
+	redis.SetLogger(redisLogger{})
 	target, password, err := parseRedisURL(raw)
 	secrets.add(password)
 	if err != nil {
@@ -143,4 +147,12 @@ func parseRedisURL(raw string) (redisTarget, string, error) {
 	}
 	t.url = (&url.URL{Scheme: strings.ToLower(u.Scheme), User: u.User, Host: u.Host, Path: "/" + db}).String()
 	return t, password, nil
+}
+
+// redisLogger passes go-redis's lines to slog's default logger (the
+// relay's), at WARN level: go-redis logs only what went wrong.
+type redisLogger struct{}
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	slog.WarnContext(ctx, "outbox relay: go-redis: "+redact(strings.TrimSpace(fmt.Sprintf(format, v...))))
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/go-outbox/outbox/internal/clitest"
 	"github.com/go-outbox/outbox/internal/pgtest"
 	"github.com/go-outbox/outbox/internal/redistest"
 	"github.com/go-outbox/outbox/outboxredis"
@@ -224,5 +226,24 @@ func TestRelayStartsWithAUserAllowedOnlyXAdd(t *testing.T) {
 	defer cancel()
 	if err := pub.Publish(ctx, publishertest.Messages("created", 1))[0]; err != nil {
 		t.Fatalf("publish as a user allowed only XADD: %v", err)
+	}
+}
+
+// go-redis's own lines reach the relay's log, without the password.
+func TestGoRedisLinesGoToTheRelaysLogWithoutThePassword(t *testing.T) {
+	// Locked: go-redis goroutines of earlier tests may log through the
+	// default meanwhile.
+	var buf clitest.LockedBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	rememberSecret("redis://user:s3cret-pw@127.0.0.1:1/stream")
+	redisLogger{}.Printf(context.Background(), "redis: dial %s: %s", "redis://user:s3cret-pw@127.0.0.1:1", "connection refused")
+	line := buf.String()
+	if !strings.Contains(line, "go-redis: redis: dial") || !strings.Contains(line, "level=WARN") {
+		t.Fatalf("log line %q; want go-redis's line at WARN level", line)
+	}
+	if strings.Contains(line, "s3cret-pw") {
+		t.Fatalf("log line %q shows the password", line)
 	}
 }

@@ -28,13 +28,18 @@ func newRelayCommand(g *globalFlags) *cobra.Command {
 		txLeases        bool
 		metricsAddr     string
 		rateLimits      []string
+		claimCheckURL   string
+		tables          string
+		rescanInterval  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "relay",
 		Short: "Publish the table's messages until interrupted",
 		Long: `relay claims due messages in batches, publishes them and records the outcome,
 until SIGINT or SIGTERM; then it finishes the batches in flight (or releases them
-after --shutdown-timeout) and exits.
+after --shutdown-timeout) and exits. With --tables 'tenant_*.outbox' (PostgreSQL) it
+serves the outbox table of every schema the pattern matches, found again every
+--rescan-interval, with one relay of --workers (default 1 there) per table.
 
 Publishers (--publisher); secrets in URLs are never logged:
   stdout:                          one JSON object per line
@@ -44,6 +49,16 @@ Publishers (--publisher); secrets in URLs are never logged:
   redis://user:pass@host:6379/S    stream S (none: one per topic; digits go in ?stream=);
                                    password also in $REDIS_PASSWORD;
                                    ?db=N&stream=S&maxlen=N&stream_prefix=p:
+  pubsub://PROJECT/TOPIC           Google Cloud Pub/Sub topic TOPIC (none: one per topic);
+                                   credentials from $GOOGLE_APPLICATION_CREDENTIALS or the
+                                   metadata server; $PUBSUB_EMULATOR_HOST for the emulator;
+                                   ?topic_prefix=p-&ordering_keys=true&timeout=10s
+  sqs://sqs.REGION.amazonaws.com/ACCOUNT/NAME
+                                   Amazon SQS queue (sqs://NAME: by name, in the region)
+  sns:arn:aws:sns:REGION:ACCOUNT:NAME
+                                   Amazon SNS topic; for both, credentials from the SDK's
+                                   chain (AWS_ACCESS_KEY_ID, AWS_PROFILE, the role), never
+                                   the URL; ?region=R&endpoint=http://localhost:4566&timeout=10s
   https://host/path                webhook; signing secret in $OUTBOX_WEBHOOK_SECRET
                                    (whsec_ + base64, or 16+ plain bytes);
                                    outbox_timeout=5s, outbox_concurrency=N, outbox_sequential=true`,
@@ -61,6 +76,23 @@ Publishers (--publisher); secrets in URLs are never logged:
 			if shutdownTimeout < 0 {
 				return usagef("--shutdown-timeout %v: use a positive duration, or 0 to cancel publishing at once", shutdownTimeout)
 			}
+			if tables != "" && metricsAddr != "" {
+				return usagef("--metrics-addr serves one table's metrics: not with --tables yet; leave it out, or run a relay per table (--schema) to serve each one's metrics")
+			}
+			switch {
+			case tables == "" && cmd.Flags().Changed("rescan-interval"):
+				return usagef("--rescan-interval is how often --tables looks for tables: give it with --tables")
+			case tables != "" && rescanInterval <= 0:
+				return usagef("--rescan-interval %v: use a positive duration, e.g. 1m", rescanInterval)
+			}
+			var tableSchemas, tableName string
+			if tables != "" {
+				// Before the publisher dials its broker: a mistyped
+				// pattern is reported as such.
+				if tableSchemas, tableName, err = tablesPattern(tables); err != nil {
+					return err
+				}
+			}
 			var metrics *metricsServer
 			if metricsAddr != "" {
 				if metrics, err = listenMetrics(metricsAddr); err != nil {
@@ -74,7 +106,30 @@ Publishers (--publisher); secrets in URLs are never logged:
 				return err
 			}
 			defer pub.Close()
-			b, err := g.openReady(cmd.Context(), storeMode{orderByKey: orderByKey, skipDead: skipDead, watchWAL: watchWAL, txLeases: txLeases, workers: cmp.Or(cfg.Workers, outbox.WorkersDefault)})
+			cc, err := openClaimCheck(cmd.Context(), claimCheckURL, true)
+			if err != nil {
+				return err
+			}
+			if pub, err = cc.wrap(pub); err != nil {
+				return err
+			}
+			mode := storeMode{orderByKey: orderByKey, skipDead: skipDead, watchWAL: watchWAL, txLeases: txLeases, workers: cmp.Or(cfg.Workers, outbox.WorkersDefault)}
+			if tables != "" {
+				if !cmd.Flags().Changed("workers") {
+					cfg.Workers = 1
+				}
+				src, closeSource, err := g.openTables(cmd.Context(), tableSchemas, tableName, mode)
+				if err != nil {
+					return err
+				}
+				defer closeSource()
+				tr, err := outbox.NewTablesRelay(src, pub, outbox.TablesConfig{Relay: cfg, RescanInterval: rescanInterval})
+				if err != nil {
+					return relayFlagError(err)
+				}
+				return runUntilSignal(cmd.Context(), logger, shutdownTimeout, cc, tr.Run, tr.Shutdown)
+			}
+			b, err := g.openReady(cmd.Context(), mode)
 			if err != nil {
 				return err
 			}
@@ -88,28 +143,11 @@ Publishers (--publisher); secrets in URLs are never logged:
 					return err
 				}
 			}
-			// Run on a context that is not cancelled by the signal: a signal
-			// asks for a graceful Shutdown instead.
-			runCtx, abort := context.WithCancel(context.WithoutCancel(cmd.Context()))
-			defer abort()
-			done := make(chan error, 1)
-			go func() { done <- relay.Run(runCtx) }()
-			select {
-			case err := <-done:
-				return err
-			case <-cmd.Context().Done():
-			}
-			logger.Info("outbox relay: stopping", slog.Duration("timeout", shutdownTimeout))
-			sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-			defer cancel()
-			if err := relay.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				return err
-			}
-			return <-done
+			return runUntilSignal(cmd.Context(), logger, shutdownTimeout, cc, relay.Run, relay.Shutdown)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&publisherURL, "publisher", "stdout:", "where to publish: stdout:, kafka://host:9092, amqp://user:pass@host:5672/vhost?exchange=x, nats://host:4222?stream=s, redis://host:6379/stream, https://host/hook")
+	f.StringVar(&publisherURL, "publisher", "stdout:", "where to publish: stdout:, kafka://host:9092, amqp://user:pass@host:5672/vhost?exchange=x, nats://host:4222?stream=s, redis://host:6379/stream, pubsub://project/topic, https://host/hook")
 	f.IntVar(&cfg.BatchSize, "batch-size", outbox.BatchSizeDefault, "messages claimed and published at once")
 	f.IntVar(&cfg.Workers, "workers", outbox.WorkersDefault, "batches published concurrently")
 	f.DurationVar(&cfg.LeaseDuration, "lease", outbox.LeaseDurationDefault, "how long a claimed batch stays reserved")
@@ -128,23 +166,51 @@ Publishers (--publisher); secrets in URLs are never logged:
 	f.DurationVar(&cfg.PauseCheckInterval, "pause-check-interval", outbox.PauseCheckIntervalDefault, "how often, at most, the relay reads the paused topics (`outbox pause`) while it has messages to publish")
 	f.StringArrayVar(&rateLimits, "rate-limit", nil, "TOPIC=N: publish at most N messages a second of TOPIC from this relay (repeatable); the rest wait, without counting an attempt")
 	f.DurationVar(&shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight batches finish on SIGINT/SIGTERM")
+	f.StringVar(&claimCheckURL, "claim-check", "", claimCheckFlagUsage+"; a file: store's blobs are swept after ?retention= (default 720h)")
+	f.StringVar(&tables, "tables", "", tablesFlagUsage)
+	f.DurationVar(&rescanInterval, "rescan-interval", outbox.RescanIntervalDefault, "with --tables, how often to look for tables added or dropped")
 	f.StringVar(&metricsAddr, "metrics-addr", "", "serve /metrics (Prometheus), /healthz and /readyz on this address, e.g. 127.0.0.1:9464 (default: none)")
 	return cmd
 }
 
+// runUntilSignal runs a relay (run) until ctx ends, on a context the
+// signal does not cancel: the signal asks for a graceful shutdown instead,
+// given timeout to finish the batches in flight. It sweeps the claim
+// check's store meanwhile.
+func runUntilSignal(ctx context.Context, logger *slog.Logger, timeout time.Duration, cc *claimCheck, run, shutdown func(context.Context) error) error {
+	runCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	go cc.sweep(runCtx, logger)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("outbox relay: stopping", slog.Duration("timeout", timeout))
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return <-done
+}
+
 // relayFlags names the flag that sets each field of outbox.Config.
 var relayFlags = map[string]string{
-	"Config.ActivePollInterval": "--active-poll-interval",
-	"Config.BackoffBase":        "--backoff-base",
-	"Config.BackoffMax":         "--backoff-max",
-	"Config.BatchSize":          "--batch-size",
-	"Config.HeartbeatInterval":  "--heartbeat-interval",
-	"Config.LeaseDuration":      "--lease",
-	"Config.MaxAttempts":        "--max-attempts",
-	"Config.PauseCheckInterval": "--pause-check-interval",
-	"Config.PollInterval":       "--poll-interval",
-	"Config.Retention":          "--retention",
-	"Config.Workers":            "--workers",
+	"Config.ActivePollInterval":   "--active-poll-interval",
+	"Config.BackoffBase":          "--backoff-base",
+	"Config.BackoffMax":           "--backoff-max",
+	"Config.BatchSize":            "--batch-size",
+	"Config.HeartbeatInterval":    "--heartbeat-interval",
+	"Config.LeaseDuration":        "--lease",
+	"Config.MaxAttempts":          "--max-attempts",
+	"Config.PauseCheckInterval":   "--pause-check-interval",
+	"Config.PollInterval":         "--poll-interval",
+	"Config.Retention":            "--retention",
+	"Config.Workers":              "--workers",
+	"TablesConfig.RescanInterval": "--rescan-interval",
 }
 
 // fieldsToFlags rewrites the Config fields a fix mentions into their flags.
@@ -192,10 +258,16 @@ func openPublisher(raw string, cmd *cobra.Command) (outbox.Publisher, error) {
 		return openNATS(raw)
 	case "redis", "rediss":
 		return openRedis(raw)
+	case "pubsub":
+		return openPubSub(raw)
+	case "sqs":
+		return openSQS(raw)
+	case "sns":
+		return openSNS(raw)
 	case "http", "https":
 		return openWebhook(raw)
 	default:
-		return nil, usagef("--publisher %q: unknown scheme %q; use stdout:, kafka://, amqp://, nats://, redis:// or https://", redact(raw), scheme)
+		return nil, usagef("--publisher %q: unknown scheme %q; use stdout:, kafka://, amqp://, nats://, redis://, pubsub://, sqs://, sns: or https://", redact(raw), scheme)
 	}
 }
 

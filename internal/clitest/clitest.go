@@ -54,24 +54,24 @@ func Binary(t testing.TB) string {
 // Relay is a running `outbox relay` process.
 type Relay struct {
 	Cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *LockedBuffer
 	done   chan struct{}
 }
 
-// lockedBuffer is the process's standard error, which the test may read
-// while the process writes it.
-type lockedBuffer struct {
+// LockedBuffer collects what a process, a command or a logger writes, for
+// the test to read meanwhile.
+type LockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *LockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *LockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
@@ -91,7 +91,7 @@ func StartRelayTo(t testing.TB, publisher string, out io.Writer, args ...string)
 	t.Helper()
 	cmd := exec.Command(Binary(t), append([]string{"relay", "--publisher", publisher}, args...)...)
 	cmd.Stdout = out
-	r := &Relay{Cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	r := &Relay{Cmd: cmd, stderr: &LockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = r.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

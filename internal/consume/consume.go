@@ -1,5 +1,5 @@
 // Package consume is what the broker consumer adapters (outboxnats,
-// outboxamqp, outboxkafka) share: deliveries queued by key, so that one
+// outboxamqp, outboxkafka, outboxredis) share: deliveries queued by key, so that one
 // key's messages are handled one at a time and in order while different
 // keys run concurrently; each message handled until it succeeds, then
 // acknowledged; retried in place with a backoff when it fails (its key

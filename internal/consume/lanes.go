@@ -71,7 +71,7 @@ func Start(ctx context.Context, cfg Config, fn func(context.Context, outbox.Mess
 
 // Submit queues d behind the deliveries of its key (of its id when it has
 // none). It waits only while the lanes hold Config.MaxHeld deliveries, and
-// returns false if ctx ended first.
+// returns false if ctx ended first or Close was called.
 func (l *Lanes) Submit(ctx context.Context, d Delivery) bool {
 	select {
 	case l.slots <- struct{}{}:
@@ -84,6 +84,14 @@ func (l *Lanes) Submit(ctx context.Context, d Delivery) bool {
 		key = h.m.ID.String()
 	}
 	l.mu.Lock()
+	if l.closing {
+		// Close came first: ready may be closed already. A delivery
+		// submitted this late (a broker client's callback still running
+		// at shutdown) stays unacknowledged and comes again.
+		l.mu.Unlock()
+		<-l.slots
+		return false
+	}
 	l.held++
 	kq := l.keys[key]
 	if kq == nil {

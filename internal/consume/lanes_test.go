@@ -112,3 +112,17 @@ func TestAFailingKeyDoesNotHoldBackAnotherKeyArrivingBehindIt(t *testing.T) {
 		})
 	}
 }
+
+// A delivery submitted after Close (a broker client's callback still running
+// at shutdown) is refused, not sent on the closed queue of ready keys.
+func TestASubmitAfterCloseIsRefusedWithoutAPanic(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	l := consume.Start(ctx, consume.Config{Concurrency: 1, MaxHeld: 4, Logger: slog.New(slog.DiscardHandler)}, func(context.Context, outbox.Message) error { return nil })
+	cancel()
+	l.Close()
+	for range 20 {
+		if l.Submit(ctx, &fakeDelivery{m: outbox.Message{ID: uuid.New(), Key: "k"}}) {
+			t.Fatal("Submit after Close accepted the delivery")
+		}
+	}
+}

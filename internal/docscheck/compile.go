@@ -52,6 +52,10 @@ var knownImports = map[string]string{
 	"outboxkafka":      "github.com/go-outbox/outbox/outboxkafka",
 	"outboxotel":       "github.com/go-outbox/outbox/outboxotel",
 	"outboxproto":      "github.com/go-outbox/outbox/outboxproto",
+	"outboxredis":      "github.com/go-outbox/outbox/outboxredis",
+	"outboxpubsub":     "github.com/go-outbox/outbox/outboxpubsub",
+	"outboxaws":        "github.com/go-outbox/outbox/outboxaws",
+	"outboxs3":         "github.com/go-outbox/outbox/outboxs3",
 }
 
 // compile writes every snippet into a package of a scratch module, builds them

@@ -24,6 +24,9 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	// durable keeps every write in an append-only file, fsynced before
+	// the reply (StartDurable).
+	durable bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -40,6 +43,21 @@ const startAttempts = 5
 // the test, or fails it when CI is "true".
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, false)
+}
+
+// StartDurable is Start with a server that keeps what it confirmed: it
+// writes every change to an append-only file in a directory of the test's
+// and fsyncs it before it replies (appendonly yes, appendfsync always), so
+// that after Stop (a SIGKILL) and Restart it holds every entry a client was
+// told it added.
+func StartDurable(t testing.TB) *Server {
+	t.Helper()
+	return start(t, true)
+}
+
+func start(t testing.TB, durable bool) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -47,7 +65,7 @@ func Start(t testing.TB) *Server {
 		}
 		t.Skipf("redis-server is not installed (apt-get install redis-server, or scripts/redis-up, installs it)")
 	}
-	s := &Server{bin: bin, dir: t.TempDir()}
+	s := &Server{bin: bin, dir: t.TempDir(), durable: durable}
 	t.Cleanup(s.Stop)
 	for attempt := 1; ; attempt++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -67,8 +85,9 @@ func Start(t testing.TB) *Server {
 	}
 }
 
-// Restart starts the server again on the same port after Stop, with an empty
-// data set, and waits until it answers PING.
+// Restart starts the server again on the same port after Stop, and waits
+// until it answers PING: with an empty data set after Start, with what its
+// append-only file holds after StartDurable.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Stop()
@@ -83,8 +102,12 @@ func (s *Server) Restart(t testing.TB) {
 // process, so a test never talks to another test's server.
 func (s *Server) run() error {
 	var out bytes.Buffer
-	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir)
+	persistence := []string{"--appendonly", "no"}
+	if s.durable {
+		persistence = []string{"--appendonly", "yes", "--appendfsync", "always"}
+	}
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--dir", s.dir}, persistence...)
+	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
@@ -101,7 +124,9 @@ func (s *Server) run() error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		info, err := c.Info(ctx, "server").Result()
+		// INFO answers while the server loads its append-only file;
+		// loading:0 says it serves the data set.
+		info, err := c.Info(ctx, "server", "persistence").Result()
 		cancel()
 		select {
 		case <-exited:
@@ -109,7 +134,7 @@ func (s *Server) run() error {
 			return fmt.Errorf("redis-server on port %d exited: %s", s.port, lastLine(out.String()))
 		default:
 		}
-		if err == nil && strings.Contains(info, pid+"\r\n") {
+		if err == nil && strings.Contains(info, pid+"\r\n") && strings.Contains(info, "loading:0\r\n") {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-outbox/outbox/internal/clitest"
+	"github.com/go-outbox/outbox/internal/pgtest"
+)
+
+// `outbox relay --tables 'PREFIX_*.outbox'` publishes the messages of every
+// schema the pattern matches, finds a schema migrated while it runs at its
+// next rescan, and leaves alone a schema the pattern does not match.
+func TestRelayTablesServesEverySchemaThePatternMatches(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	prefix := pgtest.Schema(t) // a fresh name: the tenants' schemas start with it
+	tenant := func(name string) []string {
+		t.Helper()
+		schema := prefix + "_" + name
+		t.Cleanup(func() { dropSchema(t, schema) })
+		db := []string{"--database-url", url, "--schema", schema}
+		mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+		return db
+	}
+	send := func(db []string) string {
+		t.Helper()
+		return strings.TrimSpace(mustCLI(t, append([]string{"send", "--topic", "orders", "--payload", "{}"}, db...)...))
+	}
+	a, b := tenant("a"), tenant("b")
+	other := []string{"--database-url", url, "--schema", pgtest.Schema(t)}
+	mustCLI(t, append([]string{"migrate", "up"}, other...)...)
+	ids := []string{send(a), send(b)}
+	unmatched := send(other)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut clitest.LockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"relay", "--database-url", url, "--tables", prefix + "_*.outbox",
+			"--poll-interval", "50ms", "--rescan-interval", "100ms"}, &out, &errOut)
+	}()
+	waitPublished := func(what string, ids ...string) {
+		t.Helper()
+		waitUntil(t, 20*time.Second, what, func() bool {
+			for _, id := range ids {
+				if !strings.Contains(out.String(), id) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	waitPublished("the messages of the two matching schemas", ids...)
+	c := tenant("c")
+	added := send(c)
+	waitPublished("the message of a schema migrated while the relay runs", added)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("relay --tables exited %d; stderr:\n%s", code, errOut.String())
+	}
+	if strings.Contains(out.String(), unmatched) {
+		t.Fatalf("message %s of a schema the pattern does not match was published", unmatched)
+	}
+	for _, id := range append(ids, added) {
+		if n := strings.Count(out.String(), id); n != 1 {
+			t.Errorf("message %s published %d times, want once", id, n)
+		}
+	}
+}
+
+// Each flag that --tables cannot work with is refused with exit code 2 and
+// the reason, before anything runs.
+func TestRelayTablesRefusesTheFlagsItCannotWorkWith(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--database-url", url, "--tables", "t_*.outbox", "--schema", "s"}, "leave out --schema"},
+		{[]string{"--database-url", "sqlite:" + t.TempDir() + "/app.db", "--tables", "t_*"}, "needs a PostgreSQL database URL"},
+		{[]string{"--database-url", url, "--tables", ".outbox"}, "use SCHEMA.TABLE"},
+		{[]string{"--database-url", url, "--tables", "t_*.out*"}, "use SCHEMA.TABLE"},
+		{[]string{"--database-url", url, "--tables", "t_*", "--watch-wal"}, "--watch-wal"},
+		{[]string{"--database-url", url, "--tables", "t_*", "--transaction-leases"}, "--transaction-leases"},
+		{[]string{"--database-url", url, "--tables", "t_*", "--metrics-addr", "127.0.0.1:0"}, "--metrics-addr"},
+		{[]string{"--database-url", url, "--tables", "t_*", "--rescan-interval", "0s"}, "--rescan-interval"},
+		{[]string{"--database-url", url, "--rescan-interval", "1m"}, "give it with --tables"},
+		{[]string{"--database-url", url, "--tables", "Tenant_*"}, "lower-case letters"},
+		{[]string{"--database-url", url, "--tables", "tenant-*"}, "lower-case letters"},
+		{[]string{"--database-url", url, "--tables", "t_*.a.b"}, "the table after the dot"},
+		{[]string{"--database-url", url, "--tables", "t_*.Outbox"}, "the table after the dot"},
+	} {
+		code, _, stderr := cli(t, append([]string{"relay"}, tc.args...)...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("relay %s: exit %d, stderr %q; want exit 2 saying %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+}
+
+// dropSchema drops schema and everything in it.
+func dropSchema(t *testing.T, schema string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := pgtest.Pool(t).Exec(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+		t.Errorf("drop schema %s: %v", schema, err)
+	}
+}

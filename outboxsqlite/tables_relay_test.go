@@ -1,0 +1,161 @@
+package outboxsqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-outbox/outbox"
+	"github.com/go-outbox/outbox/outboxdriver"
+	"github.com/go-outbox/outbox/outboxsqlite"
+	"github.com/go-outbox/outbox/relaytest"
+)
+
+// runTables runs a TablesRelay of src with cfg until the test ends, logging
+// to logs, rescanning and polling every 50 ms unless cfg says otherwise.
+func runTables(t *testing.T, src outbox.TableSource, pub outbox.Publisher, cfg outbox.TablesConfig, logs *relaytest.LogCapture) *outbox.TablesRelay {
+	t.Helper()
+	cfg.Relay.Logger = slog.New(logs)
+	if cfg.RescanInterval == 0 {
+		cfg.RescanInterval = 50 * time.Millisecond
+	}
+	cfg.Relay.PollInterval = 50 * time.Millisecond
+	tr := relaytest.StartTablesRelay(t, src, pub, cfg)
+	return tr
+}
+
+// write commits one message to store.
+func write(t *testing.T, store *outboxsqlite.Store) *outbox.Message {
+	t.Helper()
+	m := &outbox.Message{Topic: "tables", Payload: []byte("{}")}
+	w := newWriter(t, store)
+	if err := store.RunInTx(t.Context(), func(tx *sql.Tx) error { return w.Write(t.Context(), tx, m) }); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// Two SQLite files with the default table name are two stores named
+// main.outbox: the second is not served, and an ERROR names the clash and
+// the fix, once.
+func TestTablesRelayServesOneOfTwoTablesOfTheSameNameAndSaysWhy(t *testing.T) {
+	t.Parallel()
+	a, b := newStore(t, outboxsqlite.Options{}), newStore(t, outboxsqlite.Options{})
+	logs := &relaytest.LogCapture{}
+	rec := relaytest.NewRecorder()
+	src := &countingTables{TableSource: outbox.StaticTables{a, b}}
+	tr := runTables(t, src, rec, outbox.TablesConfig{}, logs)
+	m := write(t, a)
+	rec.WaitFor(t, 10*time.Second, "the first table's message", func() bool { return rec.Count(m.ID) == 1 })
+	for deadline := time.Now().Add(10 * time.Second); !logs.Has(slog.LevelError, "same name", "table=main.outbox", "a name of its own"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ERROR about two tables named main.outbox; logs:\n%s", logs)
+		}
+	}
+	if got := tr.Tables(); !slices.Equal(got, []string{"main.outbox"}) {
+		t.Fatalf("Tables() = %v, want [main.outbox]", got)
+	}
+	asked := src.calls.Load()
+	for deadline := time.Now().Add(10 * time.Second); src.calls.Load() < asked+3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the source was not asked again within 10s")
+		}
+	}
+	if n := logs.Count(slog.LevelError, "same name"); n != 1 {
+		t.Fatalf("the clash was logged %d times over several rescans; want once", n)
+	}
+}
+
+// countingTables counts the calls of its source's Tables: the rescans.
+type countingTables struct {
+	outbox.TableSource
+	calls atomic.Int64
+}
+
+func (c *countingTables) Tables(ctx context.Context) ([]outboxdriver.Store, error) {
+	c.calls.Add(1)
+	return c.TableSource.Tables(ctx)
+}
+
+// A table whose relay cannot start (not migrated) is tried again at each
+// rescan, and served once it is migrated; the other tables are served
+// meanwhile. Each table's relay runs one worker unless Relay.Workers says.
+func TestTablesRelayServesATableOnceItIsMigrated(t *testing.T) {
+	t.Parallel()
+	served := newStore(t, outboxsqlite.Options{Table: randomTable()})
+	path := dbPath(t)
+	opts := outboxsqlite.Options{Table: randomTable(), CreateIfMissing: true}
+	later, err := outboxsqlite.Open(t.Context(), path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = later.Close() })
+	logs := &relaytest.LogCapture{}
+	rec := relaytest.NewRecorder()
+	runTables(t, outbox.StaticTables{served, later}, rec, outbox.TablesConfig{}, logs)
+	m := write(t, served)
+	rec.WaitFor(t, 10*time.Second, "the migrated table's message", func() bool { return rec.Count(m.ID) == 1 })
+	for deadline := time.Now().Add(10 * time.Second); !logs.Has(slog.LevelError, "trying again at the next rescan", "table="+later.Name()); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay of the table not migrated did not report it; logs:\n%s", logs)
+		}
+	}
+	if !logs.Has(slog.LevelInfo, "outbox relay started", "table="+served.Name(), "workers=1") {
+		t.Fatalf("the relay of %s did not start with one worker; logs:\n%s", served.Name(), logs)
+	}
+	mig, err := outboxsqlite.NewMigrator(later.DB(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mig.Up(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	n := write(t, later)
+	rec.WaitFor(t, 10*time.Second, "the message of the table migrated later", func() bool { return rec.Count(n.ID) == 1 })
+}
+
+// listeningTables is a TablesListener over fixed stores that records
+// whether it was asked to listen.
+type listeningTables struct {
+	countingTables
+	listening atomic.Bool
+}
+
+func (l *listeningTables) ListenForWrites(ctx context.Context, _ func(name string)) error {
+	l.listening.Store(true)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// With a TablesListener source the source's listener wakes the relays and
+// the tables' relays do not listen themselves (no change watcher per
+// table); with Relay.DisableListen (--poll-only) nothing listens at all.
+func TestTablesRelayListensThroughItsSourceOnlyUnlessToldNotToListen(t *testing.T) {
+	t.Parallel()
+	for _, disable := range []bool{false, true} {
+		log := &statementLog{}
+		store := openMigrated(t, dbPath(t), outboxsqlite.Options{Table: randomTable()}, log)
+		src := &listeningTables{countingTables: countingTables{TableSource: outbox.StaticTables{store}}}
+		logs := &relaytest.LogCapture{}
+		rec := relaytest.NewRecorder()
+		runTables(t, src, rec, outbox.TablesConfig{Relay: outbox.Config{DisableListen: disable}}, logs)
+		m := write(t, store)
+		rec.WaitFor(t, 10*time.Second, "the table's message", func() bool { return rec.Count(m.ID) == 1 })
+		asked := src.calls.Load()
+		for deadline := time.Now().Add(10 * time.Second); src.calls.Load() < asked+3; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the source was not asked again within 10s")
+			}
+		}
+		if got := src.listening.Load(); got == disable {
+			t.Errorf("DisableListen %v: the source was asked to listen: %v; want %v", disable, got, !disable)
+		}
+		if slices.ContainsFunc(log.all(), isWatch) {
+			t.Errorf("DisableListen %v: the table's relay watches the file for writes itself; want the source's listener only", disable)
+		}
+	}
+}

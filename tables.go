@@ -1,0 +1,339 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-outbox/outbox/outboxdriver"
+)
+
+// RescanIntervalDefault is how often a TablesRelay asks its source for its
+// tables, unless TablesConfig.RescanInterval says otherwise.
+const RescanIntervalDefault = time.Minute
+
+// TablesConfig configures a TablesRelay.
+type TablesConfig struct {
+	// Relay configures the relay of each table. Its Workers is the number
+	// of workers per table, 1 when zero (not WorkersDefault: with many
+	// tables, their relays' workers already publish side by side). When the
+	// source is a TablesListener, the tables' relays do not listen: the
+	// source's one listener wakes them, unless DisableListen is set, which
+	// then means no listening connection at all (the relays poll).
+	Relay Config
+	// RescanInterval is how often the source is asked for its tables;
+	// RescanIntervalDefault when zero. A table that appears is served from
+	// the next rescan; one that disappears has its relay stopped then.
+	RescanInterval time.Duration
+}
+
+// TablesRelay publishes the messages of many outbox tables, for services
+// that keep a schema or a database per tenant: it asks a TableSource for
+// the tables, runs a Relay for each on the shared publisher, and asks
+// again every RescanInterval, starting relays for tables that appeared and
+// stopping those of tables that disappeared. A table's relay that cannot
+// start (its table is not migrated, say) is logged and tried again at the
+// next rescan; the other tables are served meanwhile.
+//
+// Each table's relay is a Relay as a process serving that table alone
+// would run, with its own registry row, retention and pause checks; the
+// stores of one database share its pool, so the connections are the
+// pool's, plus one listening connection when the source is a
+// TablesListener. A table's backlog or failing destination holds only its
+// own relay's workers.
+type TablesRelay struct {
+	src    TableSource
+	pub    Publisher
+	cfg    TablesConfig
+	relay  Config // cfg.Relay with the defaults of a table's relay
+	log    *slog.Logger
+	listen bool // the source's listener wakes the relays
+
+	mu       sync.Mutex
+	started  bool
+	relays   map[string]*tableRelay // by store Name: the relays running
+	retiring map[*tableRelay]bool   // relays of tables gone, stopping
+	stopping chan struct{}          // closed by Shutdown
+	done     chan struct{}          // closed when Run has returned
+	// finished is signalled when a table's relay returns by itself, so
+	// that the loop drops it at once (and starts it again at the next
+	// rescan).
+	finished chan struct{}
+	// warnedNames are the names listed twice, logged once each;
+	// warnedEmpty is set while the source lists no table, logged once
+	// (rescan only).
+	warnedNames map[string]bool
+	warnedEmpty bool
+}
+
+// tableRelay is a running table's relay.
+type tableRelay struct {
+	relay *Relay
+	done  chan struct{} // closed when its Run returned
+	err   error         // what its Run returned, once done
+}
+
+// NewTablesRelay returns a relay of the tables src lists, publishing with
+// pub. It returns a *ConfigError if cfg is invalid.
+func NewTablesRelay(src TableSource, pub Publisher, cfg TablesConfig) (*TablesRelay, error) {
+	if src == nil {
+		return nil, &ConfigError{Field: "NewTablesRelay source", Value: "nil", Fix: "pass a TableSource, e.g. outbox.StaticTables{store1, store2} or outboxpg.NewTables(pool, \"tenant_*\", outboxpg.Options{})"}
+	}
+	if pub == nil {
+		return nil, &ConfigError{Field: "NewTablesRelay publisher", Value: "nil", Fix: "pass a Publisher, e.g. &outbox.Handlers{} or a broker publisher"}
+	}
+	if cfg.RescanInterval < 0 {
+		return nil, &ConfigError{Field: "TablesConfig.RescanInterval", Value: cfg.RescanInterval,
+			Fix: "use a positive duration, or 0 for the default " + RescanIntervalDefault.String()}
+	}
+	if cfg.RescanInterval == 0 {
+		cfg.RescanInterval = RescanIntervalDefault
+	}
+	relay := cfg.Relay
+	if relay.Workers == 0 {
+		relay.Workers = 1
+	}
+	// A TablesListener wakes the relays, unless DisableListen asks for no
+	// listening connection at all (behind a transaction-mode pooler).
+	_, isListener := src.(TablesListener)
+	listen := isListener && !relay.DisableListen
+	if isListener {
+		relay.DisableListen = true
+	}
+	checked, err := relay.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &TablesRelay{
+		src: src, pub: pub, cfg: cfg, relay: relay, log: checked.Logger, listen: listen,
+		relays:      map[string]*tableRelay{},
+		retiring:    map[*tableRelay]bool{},
+		stopping:    make(chan struct{}),
+		done:        make(chan struct{}),
+		finished:    make(chan struct{}, 1),
+		warnedNames: map[string]bool{},
+	}, nil
+}
+
+// Run serves the source's tables until ctx is cancelled or Shutdown is
+// called, and returns nil then, after every table's relay has returned.
+// Cancelling ctx stops every relay as cancelling Relay.Run's ctx does;
+// Shutdown lets them finish their batches. Run may be called once.
+func (t *TablesRelay) Run(ctx context.Context) error {
+	t.mu.Lock()
+	if t.started {
+		t.mu.Unlock()
+		return errors.New("outbox: TablesRelay.Run called twice; create a new TablesRelay")
+	}
+	t.started = true
+	t.mu.Unlock()
+	defer close(t.done)
+
+	var background sync.WaitGroup
+	listenCtx, stopListening := context.WithCancel(ctx)
+	if l, ok := t.src.(TablesListener); ok && t.listen {
+		background.Go(func() { t.listenForWrites(listenCtx, l) })
+	}
+	t.log.Info("outbox tables relay started", slog.Duration("rescan_interval", t.cfg.RescanInterval), slog.Int("workers_per_table", t.relay.Workers))
+
+	var stopped sync.WaitGroup // relays of tables gone, stopping
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			running = false
+		case <-t.stopping:
+			running = false
+		case <-t.finished:
+			t.dropFinished()
+		case <-timer.C:
+			t.dropFinished()
+			t.rescan(ctx, &stopped)
+			timer.Reset(t.cfg.RescanInterval)
+		}
+	}
+
+	// Stop every relay: Shutdown lets each finish its batches; a
+	// cancelled ctx has aborted them already.
+	t.mu.Lock()
+	remaining := t.relays
+	t.relays = map[string]*tableRelay{}
+	t.mu.Unlock()
+	for _, r := range remaining {
+		stopped.Go(func() { t.stop(r) })
+	}
+	stopped.Wait()
+	stopListening()
+	background.Wait()
+	t.log.Info("outbox tables relay stopped")
+	return nil
+}
+
+// Shutdown stops every table's relay as Relay.Shutdown does: no new
+// batches, the batches in flight published and recorded. If ctx ends first,
+// publishing is cancelled and Shutdown returns ctx's error; Run returns
+// once every relay has recorded what it could. Calling Shutdown before Run,
+// or twice, is safe.
+func (t *TablesRelay) Shutdown(ctx context.Context) error {
+	t.mu.Lock()
+	select {
+	case <-t.stopping:
+	default:
+		close(t.stopping)
+	}
+	started := t.started
+	running := make([]*tableRelay, 0, len(t.relays)+len(t.retiring))
+	for _, r := range t.relays {
+		running = append(running, r)
+	}
+	for r := range t.retiring {
+		running = append(running, r) // ctx bounds their stop too
+	}
+	t.mu.Unlock()
+	if !started {
+		return nil
+	}
+	// A relay's Shutdown fails only when ctx ends, which the select below
+	// reports.
+	var wg sync.WaitGroup
+	for _, r := range running {
+		wg.Go(func() { _ = r.relay.Shutdown(ctx) })
+	}
+	wg.Wait()
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Tables returns the names of the tables served now, in name order.
+func (t *TablesRelay) Tables() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	names := make([]string, 0, len(t.relays))
+	for name := range t.relays {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// rescan asks the source for its tables, starts a relay for each new one
+// and stops those of the tables gone (tracked in stopped). A source that
+// fails keeps the relays as they are until the next rescan.
+func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) {
+	callCtx, cancel := context.WithTimeout(ctx, storeCallTimeout)
+	stores, err := t.src.Tables(callCtx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			t.log.Warn("outbox tables relay: cannot list the tables; serving the ones found before, asking again at the next rescan", slog.Any("error", err), slog.Duration("rescan_in", t.cfg.RescanInterval))
+		}
+		return
+	}
+	listed := make(map[string]outboxdriver.Store, len(stores))
+	for _, s := range stores {
+		if s == nil {
+			continue
+		}
+		name := s.Name()
+		if _, ok := listed[name]; ok {
+			// The name is the table's identity here and in the relay
+			// registry: a second table under it would never be served.
+			if !t.warnedNames[name] {
+				t.warnedNames[name] = true
+				t.log.Error("outbox tables relay: two tables of the source have the same name; serving the first only: give each table a name of its own (outboxsqlite and outboxmysql stores are named by their table, not their file or database: use a table name per tenant)",
+					slog.String("table", name))
+			}
+			continue
+		}
+		listed[name] = s
+	}
+	if len(listed) == 0 && !t.warnedEmpty {
+		t.log.Warn("outbox tables relay: the source lists no table; looking again at each rescan (check the pattern or the list of tables)", slog.Duration("rescan_interval", t.cfg.RescanInterval))
+	}
+	t.warnedEmpty = len(listed) == 0
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.stopping:
+		return // Shutdown took the relays it saw; start no other
+	default:
+	}
+	for name, r := range t.relays {
+		if _, ok := listed[name]; !ok {
+			delete(t.relays, name)
+			t.retiring[r] = true
+			t.log.Info("outbox tables relay: table gone; stopping its relay", slog.String("table", name))
+			stopped.Go(func() {
+				t.stop(r)
+				t.mu.Lock()
+				delete(t.retiring, r)
+				t.mu.Unlock()
+			})
+		}
+	}
+	for name, store := range listed {
+		if _, ok := t.relays[name]; ok {
+			continue
+		}
+		relay, err := NewRelay(store, t.pub, t.relay)
+		if err != nil {
+			// The configuration was checked in NewTablesRelay.
+			t.log.Error("outbox tables relay: cannot create the relay of a table", slog.String("table", name), slog.Any("error", err))
+			continue
+		}
+		r := &tableRelay{relay: relay, done: make(chan struct{})}
+		t.relays[name] = r
+		go func() {
+			r.err = relay.Run(ctx)
+			close(r.done)
+			select {
+			case t.finished <- struct{}{}:
+			default:
+			}
+		}()
+		// Its workers look at the table once at start, so the writes
+		// made before the relay ran are not left waiting for a poll.
+		t.log.Info("outbox tables relay: serving a table", slog.String("table", name))
+	}
+}
+
+// dropFinished forgets the relays that returned by themselves (a table not
+// migrated, say), so that the next rescan starts them again.
+func (t *TablesRelay) dropFinished() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for name, r := range t.relays {
+		select {
+		case <-r.done:
+		default:
+			continue
+		}
+		delete(t.relays, name)
+		if r.err != nil {
+			t.log.Error("outbox tables relay: a table's relay stopped; trying again at the next rescan", slog.String("table", name), slog.Any("error", r.err), slog.Duration("rescan_in", t.cfg.RescanInterval))
+		}
+	}
+}
+
+// stop shuts r down, letting its batches finish, and waits for its Run.
+func (t *TablesRelay) stop(r *tableRelay) {
+	_ = r.relay.Shutdown(context.Background())
+	<-r.done
+}
+
+// listenForWrites wakes a table's relay for each write the source hears of.
+func (t *TablesRelay) listenForWrites(ctx context.Context, l TablesListener) {
+	err := l.ListenForWrites(ctx, func(name string) { wakeTopicFor(name).notify() })
+	if err != nil && ctx.Err() == nil {
+		t.log.Warn("outbox tables relay: cross-process wake-up unavailable; the relays poll", slog.Any("error", fmt.Errorf("listen for writes: %w", err)))
+	}
+}
