@@ -17,7 +17,8 @@
 // TEST_AMQP_URL, TEST_RABBITMQ_CTL; and a MariaDB it may stop:
 // TEST_MYSQL_URL, TEST_MYSQL_CTL, TEST_MYSQL_BASE). broker_test.go holds the
 // broker scenarios, consumer_test.go the consumers, mariadb_test.go the
-// scenarios on MariaDB, redis_test.go those on Redis (which need
+// scenarios on MariaDB, tables_test.go the relays of many tables
+// (--tables), redis_test.go those on Redis (which need
 // redis-server on the PATH), sqs_test.go the SQS consumers (goaws in the test
 // process, through internal/awstest; its relay runs in the test process, as
 // the CLI's SQS client cannot speak goaws's query protocol), pubsub_test.go
@@ -124,6 +125,10 @@ type scenario struct {
 	// maria is the MariaDB side of a MariaDB scenario (mariadb_test.go):
 	// its writers and drain go there; nil on PostgreSQL.
 	maria *mariaDB
+	// tenants are the tables of a scenario of many tables
+	// (tables_test.go), which the relays serve with --tables tables: the
+	// writers spread their keys over them, and the drain waits for all.
+	tenants *tenantTables
 
 	mu         sync.Mutex
 	committed  []uuid.UUID          // commit returned nil: must be delivered
@@ -185,7 +190,10 @@ func (s *scenario) startRelay(url string, extra ...string) *clitest.Relay {
 // destination through a proxy).
 func (s *scenario) startRelayTo(url, publisher string, extra ...string) *clitest.Relay {
 	args := []string{"--database-url", url}
-	if s.schema != "" { // a MySQL table lives in the URL's database
+	switch {
+	case s.tenants != nil:
+		args = append(args, "--tables", s.tenants.pattern)
+	case s.schema != "": // a MySQL table lives in the URL's database
 		args = append(args, "--schema", s.schema)
 	}
 	for _, f := range [][2]string{{"--batch-size", "50"}, {"--workers", "2"}, {"--lease", "3s"},
@@ -301,6 +309,9 @@ func (s *scenario) committer() (commitFunc, func(), error) {
 	if s.maria != nil {
 		return s.maria.committer()
 	}
+	if s.tenants != nil {
+		return s.tenants.committer()
+	}
 	w, err := outbox.NewWriter(s.store, outbox.WriterConfig{})
 	if err != nil {
 		return nil, nil, err
@@ -322,6 +333,9 @@ func (s *scenario) committer() (commitFunc, func(), error) {
 func (s *scenario) stats(ctx context.Context) (outboxdriver.Stats, error) {
 	if s.maria != nil {
 		return s.maria.store.Stats(ctx)
+	}
+	if s.tenants != nil {
+		return s.tenants.stats(ctx)
 	}
 	return s.store.Stats(ctx)
 }
@@ -374,19 +388,17 @@ func (s *scenario) whyStuck() string {
 		s.maria.whyStuck(ctx, &b)
 		return b.String()
 	}
-	table := pgx.Identifier{s.schema, outboxpg.TableDefault}.Sanitize()
-	queries := []struct{ title, sql string }{
-		{"pending rows", `SELECT count(*) AS pending, count(*) FILTER (WHERE available_at > now()) AS later,
-			count(*) FILTER (WHERE locked_until > now()) AS leased, count(*) FILTER (WHERE attempts > 0) AS failed_before,
-			count(DISTINCT key) AS keys FROM ` + table + ` WHERE status = 'pending'`},
-		{"the first rows of the three keys with the oldest pending messages", `SELECT key, seq, id::text, status, (available_at - now())::text AS due_in,
-			(locked_until - now())::text AS leased_for, attempts, last_error FROM ` + table + ` WHERE key IN (
-				SELECT key FROM ` + table + ` WHERE status = 'pending' GROUP BY key ORDER BY min(seq) LIMIT 3)
-			ORDER BY key, seq LIMIT 15`},
-		{"database sessions", `SELECT pid, application_name, state, (now() - xact_start)::text AS in_transaction, wait_event_type, wait_event,
-			left(regexp_replace(query, '\s+', ' ', 'g'), 80) AS query
-			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`},
+	var queries []query
+	schemas := []string{s.schema}
+	if s.tenants != nil {
+		schemas = s.tenants.schemas
 	}
+	for _, schema := range schemas {
+		queries = append(queries, tableQueries(schema)...)
+	}
+	queries = append(queries, query{"database sessions", `SELECT pid, application_name, state, (now() - xact_start)::text AS in_transaction, wait_event_type, wait_event,
+			left(regexp_replace(query, '\s+', ' ', 'g'), 80) AS query
+			FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`})
 	for _, q := range queries {
 		fmt.Fprintf(&b, "%s:\n", q.title)
 		rows, err := s.pool.Query(ctx, q.sql)
@@ -408,6 +420,24 @@ func (s *scenario) whyStuck() string {
 		rows.Close()
 	}
 	return b.String()
+}
+
+// query is one of whyStuck's questions to the database.
+type query struct{ title, sql string }
+
+// tableQueries are whyStuck's queries on the outbox table of schema: what
+// holds its pending messages back, and the rows of its stuck keys.
+func tableQueries(schema string) []query {
+	table := pgx.Identifier{schema, outboxpg.TableDefault}.Sanitize()
+	return []query{
+		{"pending rows of " + table, `SELECT count(*) AS pending, count(*) FILTER (WHERE available_at > now()) AS later,
+			count(*) FILTER (WHERE locked_until > now()) AS leased, count(*) FILTER (WHERE attempts > 0) AS failed_before,
+			count(DISTINCT key) AS keys FROM ` + table + ` WHERE status = 'pending'`},
+		{"the first rows of the three keys with the oldest pending messages in " + table, `SELECT key, seq, id::text, status, (available_at - now())::text AS due_in,
+			(locked_until - now())::text AS leased_for, attempts, last_error FROM ` + table + ` WHERE key IN (
+				SELECT key FROM ` + table + ` WHERE status = 'pending' GROUP BY key ORDER BY min(seq) LIMIT 3)
+			ORDER BY key, seq LIMIT 15`},
+	}
 }
 
 // check verifies the invariants and records the scenario in the report:
