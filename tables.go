@@ -29,6 +29,15 @@ type TablesConfig struct {
 	// RescanIntervalDefault when zero. A table that appears is served from
 	// the next rescan; one that disappears has its relay stopped then.
 	RescanInterval time.Duration
+	// OnServe, if set, is called with each table's store and relay before
+	// the relay runs, to watch what a process serving one table watches:
+	// its metrics and readiness (the CLI's --metrics-addr does). The
+	// function it returns, if not nil, is called once that relay's Run has
+	// returned (its table gone, the relay failed to start, or the
+	// TablesRelay stopping), before a relay of the same table can start
+	// again, so it can undo what OnServe did. Calls for different tables
+	// may run at the same time.
+	OnServe func(store outboxdriver.Store, relay *Relay) (stopped func())
 }
 
 // TablesRelay publishes the messages of many outbox tables, for services
@@ -72,6 +81,7 @@ type TablesRelay struct {
 
 // tableRelay is a running table's relay.
 type tableRelay struct {
+	name  string // its store's Name
 	relay *Relay
 	done  chan struct{} // closed when its Run returned
 	err   error         // what its Run returned, once done
@@ -281,7 +291,10 @@ func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) {
 		}
 	}
 	for name, store := range listed {
-		if _, ok := t.relays[name]; ok {
+		if _, ok := t.relays[name]; ok || t.isRetiring(name) {
+			// A table back before its last relay stopped is served from
+			// the next rescan: one relay of a table at a time, and OnServe's
+			// stopped called before OnServe again.
 			continue
 		}
 		relay, err := NewRelay(store, t.pub, t.relay)
@@ -290,10 +303,17 @@ func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) {
 			t.log.Error("outbox tables relay: cannot create the relay of a table", slog.String("table", name), slog.Any("error", err))
 			continue
 		}
-		r := &tableRelay{relay: relay, done: make(chan struct{})}
+		r := &tableRelay{name: name, relay: relay, done: make(chan struct{})}
 		t.relays[name] = r
 		go func() {
+			var stopped func()
+			if t.cfg.OnServe != nil {
+				stopped = t.cfg.OnServe(store, relay)
+			}
 			r.err = relay.Run(ctx)
+			if stopped != nil {
+				stopped()
+			}
 			close(r.done)
 			select {
 			case t.finished <- struct{}{}:
@@ -304,6 +324,17 @@ func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) {
 		// made before the relay ran are not left waiting for a poll.
 		t.log.Info("outbox tables relay: serving a table", slog.String("table", name))
 	}
+}
+
+// isRetiring reports whether a relay of the table name is still stopping
+// after the table was gone. t.mu is held.
+func (t *TablesRelay) isRetiring(name string) bool {
+	for r := range t.retiring {
+		if r.name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // dropFinished forgets the relays that returned by themselves (a table not

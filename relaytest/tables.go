@@ -28,7 +28,9 @@ func testTablesRelay(t *testing.T, newHarness func(t *testing.T) Harness) {
 	src := &changingTables{}
 	rec := NewRecorder()
 	logs := &LogCapture{}
+	watched := &servedTables{}
 	tr, err := outbox.NewTablesRelay(src, rec, outbox.TablesConfig{
+		OnServe:        watched.onServe,
 		RescanInterval: 50 * time.Millisecond,
 		Relay:          outbox.Config{PollInterval: 50 * time.Millisecond, Logger: slog.New(logs)},
 	})
@@ -82,9 +84,9 @@ func testTablesRelay(t *testing.T, newHarness func(t *testing.T) Harness) {
 	gone := hs[1].Store.Name()
 	src.set(hs[0].Store, hs[2].Store)
 	deadline = time.Now().Add(10 * time.Second)
-	for slices.Contains(tr.Tables(), gone) || !logs.Has(slog.LevelInfo, "outbox relay stopped", "table="+gone) {
+	for slices.Contains(tr.Tables(), gone) || !logs.Has(slog.LevelInfo, "outbox relay stopped", "table="+gone) || watched.last(gone) != "stopped" {
 		if time.Now().After(deadline) {
-			t.Fatalf("the relay of %s, no longer listed, not stopped within 10s (serving %v); logs:\n%s", gone, tr.Tables(), logs)
+			t.Fatalf("the relay of %s, no longer listed, not stopped within 10s (serving %v; OnServe saw %v); logs:\n%s", gone, tr.Tables(), watched.events(gone), logs)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -135,6 +137,61 @@ func testTablesRelay(t *testing.T, newHarness func(t *testing.T) Harness) {
 	if got := tr.Tables(); len(got) != 0 {
 		t.Errorf("Tables() after Run returned: %v, want none", got)
 	}
+	// Each relay's OnServe was undone once it stopped, before the next:
+	// a watch of its metrics never outlives it, nor is it made twice.
+	for _, h := range hs {
+		name := h.Store.Name()
+		events := watched.events(name)
+		ok := len(events) > 0 && len(events)%2 == 0
+		for i, e := range events {
+			ok = ok && e == []string{"serve", "stopped"}[i%2]
+		}
+		if !ok {
+			t.Errorf("OnServe of %s and the calls of what it returned: %v; want serve, stopped, ... ending with stopped once Run returned", name, events)
+		}
+	}
+}
+
+// servedTables records a TablesRelay's OnServe calls and the calls of the
+// functions they return, by table.
+type servedTables struct {
+	mu  sync.Mutex
+	log map[string][]string
+}
+
+func (s *servedTables) onServe(store outboxdriver.Store, relay *outbox.Relay) func() {
+	name := store.Name()
+	event := "serve"
+	if relay == nil {
+		event = "serve without a relay"
+	}
+	s.add(name, event)
+	return func() { s.add(name, "stopped") }
+}
+
+func (s *servedTables) add(name, event string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.log == nil {
+		s.log = map[string][]string{}
+	}
+	s.log[name] = append(s.log[name], event)
+}
+
+// events returns what happened to table name, in order.
+func (s *servedTables) events(name string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log[name])
+}
+
+// last returns the latest event of table name ("" if none).
+func (s *servedTables) last(name string) string {
+	events := s.events(name)
+	if len(events) == 0 {
+		return ""
+	}
+	return events[len(events)-1]
 }
 
 // StartTablesRelay runs a TablesRelay of src until the test ends, as

@@ -37,9 +37,43 @@ func (m *metricsServer) start(relay *outbox.Relay, admin outboxdriver.Admin, tab
 	if err := m.server.WatchRelay(relay, table); err != nil {
 		return err
 	}
+	m.serve(log)
+	return nil
+}
+
+// watchTables is TablesConfig.OnServe for `outbox relay --tables`: while
+// each table's relay runs, the gauges of its table and its relay's
+// readiness check, as start does for a relay of one table; they go when
+// the relay stops (its table gone). A watch that fails is logged: the
+// relay is served without it.
+func (m *metricsServer) watchTables(log *slog.Logger) func(outboxdriver.Store, *outbox.Relay) func() {
+	return func(store outboxdriver.Store, relay *outbox.Relay) func() {
+		table := store.Name()
+		var gauges interface{ Unregister() error }
+		if admin, ok := store.(outboxdriver.Admin); ok {
+			reg, err := m.observer.WatchTable(admin, table)
+			if err != nil {
+				log.Warn("outbox relay: not serving a table's gauges on /metrics", slog.String("table", table), slog.Any("error", err))
+			} else {
+				gauges = reg
+			}
+		}
+		if err := m.server.WatchRelay(relay, table); err != nil {
+			log.Warn("outbox relay: not serving a table's relay readiness on /metrics and /readyz", slog.String("table", table), slog.Any("error", err))
+		}
+		return func() {
+			m.server.UnwatchRelay(table)
+			if gauges != nil {
+				_ = gauges.Unregister()
+			}
+		}
+	}
+}
+
+// serve serves the endpoints for the checks and gauges added since.
+func (m *metricsServer) serve(log *slog.Logger) {
 	log.Info("outbox relay: serving /metrics, /healthz and /readyz", slog.String("addr", m.server.Addr().String()))
 	m.server.Start(context.Background())
-	return nil
 }
 
 // close stops the server, or releases the port if it never started.

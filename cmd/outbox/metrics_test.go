@@ -40,13 +40,7 @@ func TestRelayServesMetricsHealthAndReadiness(t *testing.T) {
 	for range 3 {
 		mustCLI(t, append([]string{"send", "--topic", "orders", "--payload", "{}"}, db...)...)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-
+	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errOut bytes.Buffer
 	done := make(chan int, 1)
@@ -63,15 +57,7 @@ func TestRelayServesMetricsHealthAndReadiness(t *testing.T) {
 	}
 	defer stop()
 
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	get := func(path string) (int, string) { return httpGet(addr, path) }
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
@@ -107,6 +93,30 @@ func TestRelayServesMetricsHealthAndReadiness(t *testing.T) {
 	if !strings.Contains(errOut.String(), `"msg":"outbox relay started"`) {
 		t.Errorf("--log-format json: stderr is not JSON lines:\n%s", errOut.String())
 	}
+}
+
+// freeAddr returns a loopback address with a port free a moment ago, for a
+// server the test starts.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// httpGet returns the status and body of GET http://addr/path; status 0
+// and the error when it got no answer.
+func httpGet(addr, path string) (int, string) {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // eventOnlyMetrics appear in a scrape only once what they count happened

@@ -76,9 +76,6 @@ Publishers (--publisher); secrets in URLs are never logged:
 			if shutdownTimeout < 0 {
 				return usagef("--shutdown-timeout %v: use a positive duration, or 0 to cancel publishing at once", shutdownTimeout)
 			}
-			if tables != "" && metricsAddr != "" {
-				return usagef("--metrics-addr serves one table's metrics: not with --tables yet; leave it out, or run a relay per table (--schema) to serve each one's metrics")
-			}
 			switch {
 			case tables == "" && cmd.Flags().Changed("rescan-interval"):
 				return usagef("--rescan-interval is how often --tables looks for tables: give it with --tables")
@@ -123,9 +120,16 @@ Publishers (--publisher); secrets in URLs are never logged:
 					return err
 				}
 				defer closeSource()
-				tr, err := outbox.NewTablesRelay(src, pub, outbox.TablesConfig{Relay: cfg, RescanInterval: rescanInterval})
+				tcfg := outbox.TablesConfig{Relay: cfg, RescanInterval: rescanInterval}
+				if metrics != nil {
+					tcfg.OnServe = metrics.watchTables(logger)
+				}
+				tr, err := outbox.NewTablesRelay(src, pub, tcfg)
 				if err != nil {
 					return relayFlagError(err)
+				}
+				if metrics != nil {
+					metrics.serve(logger)
 				}
 				return runUntilSignal(cmd.Context(), logger, shutdownTimeout, cc, tr.Run, tr.Shutdown)
 			}

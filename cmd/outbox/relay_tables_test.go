@@ -72,6 +72,71 @@ func TestRelayTablesServesEverySchemaThePatternMatches(t *testing.T) {
 	}
 }
 
+// `outbox relay --tables --metrics-addr` serves each table's gauges and
+// its relay's readiness while the table is served, and drops them once the
+// table is gone.
+func TestRelayTablesServesEachTablesMetricsAndReadiness(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	prefix := pgtest.Schema(t)
+	tables := map[string]string{} // schema: its table's name in the metrics
+	for _, name := range []string{"a", "b"} {
+		schema := prefix + "_" + name
+		t.Cleanup(func() { dropSchema(t, schema) })
+		db := []string{"--database-url", url, "--schema", schema}
+		mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+		mustCLI(t, append([]string{"send", "--topic", "orders", "--payload", "{}"}, db...)...)
+		tables[schema] = schema + ".outbox"
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errOut clitest.LockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"relay", "--database-url", url, "--tables", prefix + "_*.outbox", "--metrics-addr", addr,
+			"--poll-interval", "50ms", "--rescan-interval", "100ms"}, &out, &errOut)
+	}()
+	// What a scrape shows of a table: its pending gauge, its relay's
+	// ready gauge, its relay's line in /readyz.
+	shows := func(table string) (gauge, ready, readyz bool) {
+		_, metrics := httpGet(addr, "/metrics")
+		_, checks := httpGet(addr, "/readyz")
+		return hasSeries(metrics, "outbox_pending_messages", table), hasSeries(metrics, "outbox_relay_ready", table),
+			strings.Contains(checks, "relay "+table+": ok")
+	}
+	a, b := tables[prefix+"_a"], tables[prefix+"_b"]
+	waitUntil(t, 20*time.Second, "both tables' gauges and ready relays", func() bool {
+		ga, ra, za := shows(a)
+		gb, rb, zb := shows(b)
+		code, _ := httpGet(addr, "/readyz")
+		return ga && ra && za && gb && rb && zb && code == 200
+	})
+	dropSchema(t, prefix+"_b")
+	waitUntil(t, 20*time.Second, "the gone table's gauges and check to go", func() bool {
+		gb, rb, zb := shows(b)
+		return !gb && !rb && !zb
+	})
+	if ga, ra, za := shows(a); !ga || !ra || !za {
+		t.Errorf("after the other table went, table %s shows gauge %v, ready gauge %v, ready check %v; want all", a, ga, ra, za)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("relay --tables --metrics-addr exited %d; stderr:\n%s", code, errOut.String())
+	}
+}
+
+// hasSeries reports whether a Prometheus scrape has a sample of metric for
+// table.
+func hasSeries(scrape, metric, table string) bool {
+	for line := range strings.Lines(scrape) {
+		if strings.HasPrefix(line, metric+"{") && strings.Contains(line, `table="`+table+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
 // Each flag that --tables cannot work with is refused with exit code 2 and
 // the reason, before anything runs.
 func TestRelayTablesRefusesTheFlagsItCannotWorkWith(t *testing.T) {
@@ -87,7 +152,6 @@ func TestRelayTablesRefusesTheFlagsItCannotWorkWith(t *testing.T) {
 		{[]string{"--database-url", url, "--tables", "t_*.out*"}, "use SCHEMA.TABLE"},
 		{[]string{"--database-url", url, "--tables", "t_*", "--watch-wal"}, "--watch-wal"},
 		{[]string{"--database-url", url, "--tables", "t_*", "--transaction-leases"}, "--transaction-leases"},
-		{[]string{"--database-url", url, "--tables", "t_*", "--metrics-addr", "127.0.0.1:0"}, "--metrics-addr"},
 		{[]string{"--database-url", url, "--tables", "t_*", "--rescan-interval", "0s"}, "--rescan-interval"},
 		{[]string{"--database-url", url, "--rescan-interval", "1m"}, "give it with --tables"},
 		{[]string{"--database-url", url, "--tables", "Tenant_*"}, "lower-case letters"},
