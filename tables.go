@@ -153,6 +153,7 @@ func (t *TablesRelay) Run(ctx context.Context) error {
 	var stopped sync.WaitGroup // relays of tables gone, stopping
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	var retry time.Duration // after a failed rescan: the wait before the next
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
@@ -163,8 +164,19 @@ func (t *TablesRelay) Run(ctx context.Context) error {
 			t.dropFinished()
 		case <-timer.C:
 			t.dropFinished()
-			t.rescan(ctx, &stopped)
-			timer.Reset(t.cfg.RescanInterval)
+			next := t.cfg.RescanInterval
+			if err := t.rescan(ctx, &stopped); err != nil {
+				// Asked again sooner than a rescan: a relay started while
+				// the database is down serves nothing until it answers.
+				retry = min(max(2*retry, rescanRetryFirst), t.cfg.RescanInterval)
+				next = retry
+				if ctx.Err() == nil {
+					t.log.Warn("outbox tables relay: cannot list the tables; serving the ones found before, asking again soon", slog.Any("error", err), slog.Duration("retry_in", next))
+				}
+			} else {
+				retry = 0
+			}
+			timer.Reset(next)
 		}
 	}
 
@@ -235,18 +247,19 @@ func (t *TablesRelay) Tables() []string {
 	return names
 }
 
+// rescanRetryFirst is the wait after a rescan that failed, doubled at each
+// failure in a row up to the rescan interval.
+const rescanRetryFirst = time.Second
+
 // rescan asks the source for its tables, starts a relay for each new one
 // and stops those of the tables gone (tracked in stopped). A source that
-// fails keeps the relays as they are until the next rescan.
-func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) {
+// fails keeps the relays as they are, and rescan returns its error.
+func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) error {
 	callCtx, cancel := context.WithTimeout(ctx, storeCallTimeout)
 	stores, err := t.src.Tables(callCtx)
 	cancel()
 	if err != nil {
-		if ctx.Err() == nil {
-			t.log.Warn("outbox tables relay: cannot list the tables; serving the ones found before, asking again at the next rescan", slog.Any("error", err), slog.Duration("rescan_in", t.cfg.RescanInterval))
-		}
-		return
+		return err
 	}
 	listed := make(map[string]outboxdriver.Store, len(stores))
 	for _, s := range stores {
@@ -274,7 +287,7 @@ func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) {
 	defer t.mu.Unlock()
 	select {
 	case <-t.stopping:
-		return // Shutdown took the relays it saw; start no other
+		return nil // Shutdown took the relays it saw; start no other
 	default:
 	}
 	for name, r := range t.relays {
@@ -324,6 +337,7 @@ func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) {
 		// made before the relay ran are not left waiting for a poll.
 		t.log.Info("outbox tables relay: serving a table", slog.String("table", name))
 	}
+	return nil
 }
 
 // isRetiring reports whether a relay of the table name is still stopping

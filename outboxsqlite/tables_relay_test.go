@@ -3,6 +3,7 @@ package outboxsqlite_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync/atomic"
@@ -79,6 +80,37 @@ type countingTables struct {
 func (c *countingTables) Tables(ctx context.Context) ([]outboxdriver.Store, error) {
 	c.calls.Add(1)
 	return c.TableSource.Tables(ctx)
+}
+
+// A source that fails at start (the database is down) is asked again
+// within seconds, not at the next rescan an hour later, and its tables are
+// served once it answers.
+func TestTablesRelayAsksAFailingSourceAgainSoonerThanARescan(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, outboxsqlite.Options{Table: randomTable()})
+	src := &failingTables{TableSource: outbox.StaticTables{store}, failures: 2}
+	logs := &relaytest.LogCapture{}
+	rec := relaytest.NewRecorder()
+	runTables(t, src, rec, outbox.TablesConfig{RescanInterval: time.Hour}, logs)
+	m := write(t, store)
+	rec.WaitFor(t, 20*time.Second, "the message of the table the source listed after two failures", func() bool { return rec.Count(m.ID) == 1 })
+	if n := logs.Count(slog.LevelWarn, "cannot list the tables", "database down (injected)"); n != 2 {
+		t.Fatalf("the source's failures were logged %d times, want 2; logs:\n%s", n, logs)
+	}
+}
+
+// failingTables fails its first failures calls.
+type failingTables struct {
+	outbox.TableSource
+	failures int64
+	calls    atomic.Int64
+}
+
+func (f *failingTables) Tables(ctx context.Context) ([]outboxdriver.Store, error) {
+	if f.calls.Add(1) <= f.failures {
+		return nil, errors.New("database down (injected)")
+	}
+	return f.TableSource.Tables(ctx)
 }
 
 // A table whose relay cannot start (not migrated) is tried again at each
