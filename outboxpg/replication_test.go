@@ -67,6 +67,35 @@ func slotsOf(ctx context.Context, t *testing.T, store *outboxpg.Store) []walSlot
 	return slots
 }
 
+// logWALState logs what a missed wake-up from the WAL leaves to look at:
+// the table's pending rows, its slots and their walsenders, and the
+// server's WAL position (a CI run once waited 30 s for a commit's
+// wake-up).
+func logWALState(t *testing.T, store *outboxpg.Store) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	queries := []string{
+		`SELECT count(*) FILTER (WHERE status = 'pending') AS pending, count(*) AS total FROM ` + pgx.Identifier(strings.Split(store.Name(), ".")).Sanitize(),
+		`SELECT pg_current_wal_lsn()::text AS current, pg_current_wal_flush_lsn()::text AS flushed`,
+		`SELECT s.slot_name, s.active_pid, s.restart_lsn::text, s.confirmed_flush_lsn::text, r.state, r.sent_lsn::text, r.write_lsn::text,
+			r.reply_time::text FROM pg_replication_slots s LEFT JOIN pg_stat_replication r ON r.pid = s.active_pid
+			WHERE starts_with(s.slot_name, '` + outboxpg.SlotPrefix(store) + `')`,
+		`SELECT pid, state, wait_event_type, wait_event, left(query, 60) FROM pg_stat_activity WHERE backend_type = 'walsender'`,
+	}
+	for _, q := range queries {
+		rows, err := pgtest.Pool(t).Query(ctx, q)
+		if err != nil {
+			t.Logf("%s: %v", q, err)
+			continue
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			t.Logf("%.60s...: %v %v", q, vals, err)
+		}
+		rows.Close()
+	}
+}
+
 // waitSlots polls pg_replication_slots until cond holds for the table's
 // slots, and returns them.
 func waitSlots(t *testing.T, store *outboxpg.Store, what string, cond func([]walSlot) bool) []walSlot {
@@ -123,6 +152,13 @@ func TestRelayWakesFromTheWALOnAnotherProcessesCommit(t *testing.T) {
 		if !slots[0].temporary {
 			t.Fatalf("slot %s is not temporary; want the server to drop it with the session", slots[0].name)
 		}
+		// Registered after the relay's cleanup, so it runs before the
+		// relay stops and its slot goes.
+		t.Cleanup(func() {
+			if t.Failed() {
+				logWALState(t, store)
+			}
+		})
 	}
 	relaytest.TestWakeLatency(t, h, outbox.Config{}, ready, anotherProcess(t, store))
 }
