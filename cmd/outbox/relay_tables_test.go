@@ -2,6 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +127,58 @@ func TestRelayTablesServesEachTablesMetricsAndReadiness(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("relay --tables --metrics-addr exited %d; stderr:\n%s", code, errOut.String())
+	}
+}
+
+// `outbox status --tables` shows a line per matching table with its
+// counts, the totals, and a warning for each table whose messages wait
+// with no live relay; --json has the same per table.
+func TestStatusTablesShowsALinePerMatchingTable(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	prefix := pgtest.Schema(t)
+	for name, messages := range map[string]int{"a": 2, "b": 1} {
+		schema := prefix + "_" + name
+		t.Cleanup(func() { dropSchema(t, schema) })
+		db := []string{"--database-url", url, "--schema", schema}
+		mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+		for range messages {
+			mustCLI(t, append([]string{"send", "--topic", "orders", "--payload", "{}"}, db...)...)
+		}
+	}
+	pattern := prefix + "_*.outbox"
+	out := mustCLI(t, "status", "--database-url", url, "--tables", pattern)
+	row := regexp.MustCompile(`(?m)^(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\S+\s+(\d+)\s*$`)
+	pending := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(out, -1) {
+		pending[m[1]] = m[2]
+	}
+	want := map[string]string{prefix + "_a.outbox": "2", prefix + "_b.outbox": "1", "total": "3"}
+	if !maps.Equal(pending, want) {
+		t.Fatalf("status --tables: pending by table %v, want %v; output:\n%s", pending, want, out)
+	}
+	for _, table := range []string{prefix + "_a.outbox", prefix + "_b.outbox"} {
+		if !strings.Contains(out, "WARNING: "+table+": ") || !strings.Contains(out, "no live relay") {
+			t.Errorf("status --tables: no warning that %s has messages and no live relay; output:\n%s", table, out)
+		}
+	}
+	var doc struct {
+		Pattern string
+		Tables  []struct {
+			Table   string
+			Pending int
+		}
+	}
+	if err := json.Unmarshal([]byte(mustCLI(t, "status", "--database-url", url, "--tables", pattern, "--json")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, table := range doc.Tables {
+		got[table.Table] = fmt.Sprint(table.Pending)
+	}
+	delete(want, "total")
+	if doc.Pattern != pattern || !maps.Equal(got, want) {
+		t.Fatalf("status --tables --json: pattern %q, pending by table %v; want %q, %v", doc.Pattern, got, pattern, want)
 	}
 }
 

@@ -13,6 +13,7 @@ func newStatusCommand(g *globalFlags) *cobra.Command {
 		asJSON     bool
 		stuckAfter time.Duration
 		stuckKeys  int
+		tables     string
 	)
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -27,7 +28,11 @@ migrated to it: run ` + "`outbox migrate up`" + `) are not listed.
 It lists the stuck keys: keys whose head (oldest pending message) was written more than
 --stuck-after ago, with what holds each (retrying and its last error, a dead message before it, or
 no relay reaching it), and warns of no progress: messages pending longer than --stuck-after while
-no registered relay published anything for as long.`,
+no registered relay published anything for as long.
+
+With --tables 'tenant_*.outbox' (PostgreSQL), it shows a line per table the pattern matches, as
+` + "`outbox relay --tables`" + ` serves them: pending, in flight, dead, oldest pending and live relays, the
+totals, and each table's warnings; ` + "`outbox status --schema S`" + ` shows one table in full.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if stuckAfter <= 0 {
@@ -35,6 +40,9 @@ no registered relay published anything for as long.`,
 			}
 			if stuckKeys < 0 {
 				return usagef("--stuck-keys %d: use 0 or more", stuckKeys)
+			}
+			if tables != "" {
+				return statusOfPattern(cmd, g, tables, stuckAfter, asJSON)
 			}
 			b, err := g.openReady(cmd.Context(), storeMode{})
 			if err != nil {
@@ -84,5 +92,30 @@ no registered relay published anything for as long.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().DurationVar(&stuckAfter, "stuck-after", 5*time.Minute, "a key whose head waited longer is stuck, and pending messages this old with nothing published for as long are no progress")
 	cmd.Flags().IntVar(&stuckKeys, "stuck-keys", 5, "how many stuck keys to list, the longest waiting first")
+	cmd.Flags().StringVar(&tables, "tables", "", "PostgreSQL: a line for each outbox table SCHEMA.TABLE matches, where * in SCHEMA matches any characters (e.g. 'tenant_*.outbox'), as `outbox relay --tables` serves them")
 	return cmd
+}
+
+// statusOfPattern is `outbox status --tables`: the tables the pattern
+// raw matches, a line each.
+func statusOfPattern(cmd *cobra.Command, g *globalFlags, raw string, stuckAfter time.Duration, asJSON bool) error {
+	schemas, table, err := tablesPattern(raw)
+	if err != nil {
+		return err
+	}
+	src, closeSource, err := g.openTables(cmd.Context(), schemas, table, storeMode{})
+	if err != nil {
+		return err
+	}
+	defer closeSource()
+	stores, err := src.Tables(cmd.Context())
+	if err != nil {
+		return err
+	}
+	statuses := statusOfTables(cmd.Context(), stores, stuckAfter)
+	if asJSON {
+		return encodeTablesStatus(cmd.OutOrStdout(), raw, statuses)
+	}
+	printTablesStatus(cmd.OutOrStdout(), raw, statuses)
+	return nil
 }
