@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -46,12 +45,7 @@ func (l *consoleLog) String() string {
 // ends, which fails if it exited with an error.
 func startConsole(t *testing.T, args ...string) (base string, log *consoleLog) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	log = &consoleLog{}
 	done := make(chan int, 1)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox/outboxdriver"
 	"github.com/go-outbox/outbox/outboxpg"
@@ -33,19 +34,29 @@ type consoleTables struct {
 
 // openConsoleTables opens the outbox tables the console serves: those
 // --table names (the default table without it), or with allTables every
-// outbox table of --schema or of the file, and the inbox table named
+// outbox table of --schema or of the file, or those the --tables pattern
+// matches (PostgreSQL), and the inbox table named
 // inboxName beside them. A table that is missing or not migrated is served
 // with pages that say so, so that a consumer's database, which has an inbox
 // table and no outbox table, can be watched; with no outbox table and no
 // inbox table to show, it refuses.
-func (g *globalFlags) openConsoleTables(ctx context.Context, names []string, allTables bool, inboxName string) (_ *consoleTables, err error) {
+func (g *globalFlags) openConsoleTables(ctx context.Context, names []string, allTables bool, pattern, inboxName string) (_ *consoleTables, err error) {
 	raw, err := g.resolveURL()
 	if err != nil {
 		return nil, err
 	}
+	var patternSchemas, patternTable string
+	if pattern != "" {
+		if patternSchemas, patternTable, err = tablesPattern(pattern); err != nil {
+			return nil, err
+		}
+		if scheme := urlScheme(raw); scheme != "postgres" && scheme != "postgresql" {
+			return nil, usagef("--tables needs a PostgreSQL database URL (postgres://...); for SQLite or MySQL give --table, repeated, or --all-tables")
+		}
+	}
 	switch {
-	case allTables && len(names) > 0:
-		return nil, usagef("give --all-tables or --table, not both")
+	case allTables && len(names) > 0, pattern != "" && (allTables || len(names) > 0):
+		return nil, usagef("give one of --table, --all-tables and --tables")
 	case len(names) == 0:
 		names = []string{g.table}
 	}
@@ -65,8 +76,16 @@ func (g *globalFlags) openConsoleTables(ctx context.Context, names []string, all
 			closeAll()
 		}
 	}()
+	if pattern != "" {
+		if names, err = list(patternSchemas, patternTable); err != nil {
+			return nil, fmt.Errorf("--tables %s: list the outbox tables: %w", pattern, err)
+		}
+		if len(names) == 0 {
+			return nil, usagef("--tables %s: no schema matching it has an outbox table %s; check the pattern, or create one with `outbox migrate up`", pattern, patternTable)
+		}
+	}
 	if allTables {
-		if names, err = list(); err != nil {
+		if names, err = list("", ""); err != nil {
 			return nil, fmt.Errorf("--all-tables: list the outbox tables: %w", err)
 		}
 		if len(names) == 0 {
@@ -135,8 +154,10 @@ func noOutboxText(err error) string {
 // consoleOpener returns how to open the table named (TABLE, or on
 // PostgreSQL SCHEMA.TABLE) in the database raw names, the tables of
 // PostgreSQL sharing one pool; how to list the outbox tables of --schema or
-// of the file, for --all-tables; and how to close them all.
-func (g *globalFlags) consoleOpener(ctx context.Context, raw string) (open func(name string) (*backend, error), list func() ([]string, error), closeAll func(), err error) {
+// of the file, for --all-tables, or on PostgreSQL those named table in the
+// schemas the pattern schemas matches, for --tables; and how to close them
+// all.
+func (g *globalFlags) consoleOpener(ctx context.Context, raw string) (open func(name string) (*backend, error), list func(schemas, table string) ([]string, error), closeAll func(), err error) {
 	var closers []func()
 	closeAll = func() {
 		for _, c := range closers {
@@ -158,7 +179,10 @@ func (g *globalFlags) consoleOpener(ctx context.Context, raw string) (open func(
 			}
 			return t.postgresBackend(pool, storeMode{})
 		}
-		list = func() ([]string, error) {
+		list = func(schemas, table string) ([]string, error) {
+			if schemas != "" {
+				return matchingTables(ctx, pool, schemas, table)
+			}
 			rows, err := pool.Query(ctx, `SELECT t.relname FROM pg_class t JOIN pg_namespace n ON n.oid = t.relnamespace
 WHERE n.nspname = $1 AND t.relkind = 'r'
   AND EXISTS (SELECT FROM pg_class m WHERE m.relnamespace = t.relnamespace AND m.relkind = 'r' AND m.relname = t.relname || '_migrations')
@@ -179,7 +203,7 @@ ORDER BY t.relname`, cmp.Or(g.schema, outboxpg.SchemaDefault))
 		}
 		return b, err
 	}
-	list = func() ([]string, error) {
+	list = func(string, string) ([]string, error) {
 		b, err := open(g.table)
 		if err != nil {
 			return nil, err
@@ -331,4 +355,22 @@ func (c *console) outboxChange(next func(http.ResponseWriter, *http.Request, *au
 	return func(w http.ResponseWriter, _ *http.Request, _ *auditLine) {
 		http.Error(w, "refused: "+c.noOutbox, http.StatusNotFound)
 	}
+}
+
+// matchingTables names the tables `outbox relay --tables` would serve: those
+// named table in the schemas the pattern schemas matches, SCHEMA.TABLE each.
+func matchingTables(ctx context.Context, pool *pgxpool.Pool, schemas, table string) ([]string, error) {
+	src, err := outboxpg.NewTables(pool, schemas, outboxpg.Options{Table: table})
+	if err != nil {
+		return nil, err
+	}
+	stores, err := src.Tables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(stores))
+	for i, s := range stores {
+		names[i] = s.Name()
+	}
+	return names, nil
 }

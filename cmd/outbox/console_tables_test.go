@@ -169,3 +169,38 @@ func testSeveralTables(t *testing.T, tt twoTables, tables ...string) {
 		t.Errorf("after a refused discard the message is gone: %v", err)
 	}
 }
+
+// The console with --tables serves the outbox table of every schema the
+// pattern matches, with the index at /, and not the others.
+func TestConsoleServesTheTablesAPatternMatches(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	prefix := pgtest.Schema(t)
+	for name, messages := range map[string]int{"a": 2, "b": 1} {
+		schema := prefix + "_" + name
+		t.Cleanup(func() { dropSchema(t, schema) })
+		db := []string{"--database-url", url, "--schema", schema}
+		mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+		for range messages {
+			mustCLI(t, append([]string{"send", "--topic", "orders", "--payload", "{}"}, db...)...)
+		}
+	}
+	other := pgtest.Schema(t) // migrated, and not matched
+	mustCLI(t, "migrate", "up", "--database-url", url, "--schema", other)
+
+	base, _ := startConsole(t, "--database-url", url, "--tables", prefix+"_*.outbox")
+	index := get(t, base+"/")
+	for table, pending := range map[string]string{prefix + "_a.outbox": "2", prefix + "_b.outbox": "1"} {
+		row := regexp.MustCompile(`(?s)<tr id="t-` + regexp.QuoteMeta(table) + `">.*?</tr>`).FindString(index)
+		if !strings.Contains(row, `href="/t/`+table+`/"`) || !strings.Contains(row, `<td class="pending">`+pending+`</td>`) {
+			t.Errorf("the index's row of %s is %q; want a link to /t/%s/ and %s pending", table, row, table, pending)
+		}
+	}
+	if strings.Contains(index, other) {
+		t.Errorf("the index shows %s, which the pattern does not match", other)
+	}
+	code, _, stderr := cli(t, "console", "--database-url", url, "--tables", prefix+"_*.outbox", "--all-tables")
+	if code != 2 || !strings.Contains(stderr, "give one of --table, --all-tables and --tables") {
+		t.Errorf("console --tables --all-tables: exit %d, stderr %q; want exit 2 naming the three flags", code, stderr)
+	}
+}
