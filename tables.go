@@ -27,7 +27,9 @@ type TablesConfig struct {
 	Relay Config
 	// RescanInterval is how often the source is asked for its tables;
 	// RescanIntervalDefault when zero. A table that appears is served from
-	// the next rescan; one that disappears has its relay stopped then.
+	// the next rescan; one that disappears has its relay stopped then. A
+	// call that fails is made again after 1 s, doubling up to 30 s (or
+	// RescanInterval if shorter).
 	RescanInterval time.Duration
 	// OnServe, if set, is called with each table's store and relay before
 	// the relay runs, to watch what a process serving one table watches:
@@ -77,6 +79,10 @@ type TablesRelay struct {
 	// (rescan only).
 	warnedNames map[string]bool
 	warnedEmpty bool
+	// listed is set while the latest call of the source succeeded;
+	// listErr is the error of the latest that failed (Ready).
+	listed  bool
+	listErr error
 }
 
 // tableRelay is a running table's relay.
@@ -165,10 +171,14 @@ func (t *TablesRelay) Run(ctx context.Context) error {
 		case <-timer.C:
 			t.dropFinished()
 			next := t.cfg.RescanInterval
-			if err := t.rescan(ctx, &stopped); err != nil {
+			err := t.rescan(ctx, &stopped)
+			t.mu.Lock()
+			t.listed, t.listErr = err == nil, err
+			t.mu.Unlock()
+			if err != nil {
 				// Asked again sooner than a rescan: a relay started while
 				// the database is down serves nothing until it answers.
-				retry = min(max(2*retry, rescanRetryFirst), t.cfg.RescanInterval)
+				retry = nextRescanRetry(retry, t.cfg.RescanInterval)
 				next = retry
 				if ctx.Err() == nil {
 					t.log.Warn("outbox tables relay: cannot list the tables; serving the ones found before, asking again soon", slog.Any("error", err), slog.Duration("retry_in", next))
@@ -235,6 +245,30 @@ func (t *TablesRelay) Shutdown(ctx context.Context) error {
 	}
 }
 
+// Ready returns nil while Run runs and the latest call of the source
+// succeeded, for a readiness probe of a process serving many tables: it
+// reaches the database that lists them. Each table's relay has its own
+// Relay.Ready. Before the first call, after a failed one and once Run
+// returned, it returns why not.
+func (t *TablesRelay) Ready() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	select {
+	case <-t.done:
+		return errors.New("outbox: the tables relay is not running")
+	default:
+	}
+	switch {
+	case !t.started:
+		return errors.New("outbox: the tables relay has not started")
+	case t.listErr != nil:
+		return fmt.Errorf("outbox: the tables relay cannot list its tables: %w", t.listErr)
+	case !t.listed:
+		return errors.New("outbox: the tables relay has not listed its tables yet")
+	}
+	return nil
+}
+
 // Tables returns the names of the tables served now, in name order.
 func (t *TablesRelay) Tables() []string {
 	t.mu.Lock()
@@ -247,9 +281,19 @@ func (t *TablesRelay) Tables() []string {
 	return names
 }
 
-// rescanRetryFirst is the wait after a rescan that failed, doubled at each
-// failure in a row up to the rescan interval.
-const rescanRetryFirst = time.Second
+// Bounds of the wait after a rescan that failed: the first, doubled at
+// each failure in a row up to the last (or the rescan interval if
+// shorter), so that the tables are found soon after a long outage too.
+const (
+	rescanRetryFirst = time.Second
+	rescanRetryMax   = 30 * time.Second
+)
+
+// nextRescanRetry is the wait after a failed rescan, given the wait after
+// the one before (0 if it succeeded) and the rescan interval.
+func nextRescanRetry(last, interval time.Duration) time.Duration {
+	return min(max(2*last, rescanRetryFirst), rescanRetryMax, interval)
+}
 
 // rescan asks the source for its tables, starts a relay for each new one
 // and stops those of the tables gone (tracked in stopped). A source that

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -91,9 +92,15 @@ func TestTablesRelayAsksAFailingSourceAgainSoonerThanARescan(t *testing.T) {
 	src := &failingTables{TableSource: outbox.StaticTables{store}, failures: 2}
 	logs := &relaytest.LogCapture{}
 	rec := relaytest.NewRecorder()
-	runTables(t, src, rec, outbox.TablesConfig{RescanInterval: time.Hour}, logs)
+	tr := runTables(t, src, rec, outbox.TablesConfig{RescanInterval: time.Hour}, logs)
+	if err := tr.Ready(); err == nil {
+		t.Error("Ready() = nil before the source answered; want why not")
+	}
 	m := write(t, store)
 	rec.WaitFor(t, 20*time.Second, "the message of the table the source listed after two failures", func() bool { return rec.Count(m.ID) == 1 })
+	if err := tr.Ready(); err != nil {
+		t.Errorf("Ready() = %v once the source answered; want nil", err)
+	}
 	if n := logs.Count(slog.LevelWarn, "cannot list the tables", "database down (injected)"); n != 2 {
 		t.Fatalf("the source's failures were logged %d times, want 2; logs:\n%s", n, logs)
 	}
@@ -190,4 +197,90 @@ func TestTablesRelayListensThroughItsSourceOnlyUnlessToldNotToListen(t *testing.
 			t.Errorf("DisableListen %v: the table's relay watches the file for writes itself; want the source's listener only", disable)
 		}
 	}
+}
+
+// A table listed again while the relay of its earlier listing is still
+// stopping (its batch in flight) is not served by a second relay at the
+// same time: its new relay starts once the old one has stopped, and
+// OnServe's stopped comes between the two.
+func TestTablesRelayServesATableListedAgainOnceItsOldRelayStopped(t *testing.T) {
+	t.Parallel()
+	store := newStore(t, outboxsqlite.Options{Table: randomTable()})
+	src := &switchedTables{}
+	src.set(store)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	rec := relaytest.NewRecorder()
+	pub := outbox.PublisherFunc(func(ctx context.Context, batch []outbox.Message) []error {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+		return rec.Publish(ctx, batch)
+	})
+	var mu sync.Mutex
+	var events []string
+	record := func(e string) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, e)
+	}
+	seen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(events)
+	}
+	onServe := func(outboxdriver.Store, *outbox.Relay) func() {
+		record("serve")
+		return func() { record("stopped") }
+	}
+	tr := runTables(t, src, pub, outbox.TablesConfig{OnServe: onServe}, &relaytest.LogCapture{})
+	m := write(t, store)
+	<-entered // the first relay publishes m, and waits
+
+	src.set() // gone: its relay stops once its batch is done
+	for deadline := time.Now().Add(10 * time.Second); slices.Contains(tr.Tables(), store.Name()); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the table no longer listed is still served after 10s")
+		}
+	}
+	src.set(store) // back while its old relay waits for its batch
+	asked := src.calls.Load()
+	for deadline := time.Now().Add(10 * time.Second); src.calls.Load() < asked+3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the source was not asked again within 10s")
+		}
+	}
+	if got := seen(); !slices.Equal(got, []string{"serve"}) {
+		t.Fatalf("while the old relay stops, OnServe and stopped: %v; want [serve] (no second relay of the table)", got)
+	}
+	close(release)
+	rec.WaitFor(t, 10*time.Second, "the message of the batch in flight", func() bool { return rec.Count(m.ID) == 1 })
+	for deadline := time.Now().Add(10 * time.Second); !slices.Equal(seen(), []string{"serve", "stopped", "serve"}); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the old relay stopped, OnServe and stopped: %v; want [serve stopped serve]", seen())
+		}
+	}
+	n := write(t, store)
+	rec.WaitFor(t, 10*time.Second, "a message written once the table is served again", func() bool { return rec.Count(n.ID) == 1 })
+}
+
+// switchedTables lists the stores of its latest set, counting the calls.
+type switchedTables struct {
+	mu     sync.Mutex
+	stores []outboxdriver.Store
+	calls  atomic.Int64
+}
+
+func (s *switchedTables) set(stores ...outboxdriver.Store) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stores = stores
+}
+
+func (s *switchedTables) Tables(context.Context) ([]outboxdriver.Store, error) {
+	s.calls.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.stores), nil
 }

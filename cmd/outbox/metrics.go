@@ -43,31 +43,39 @@ func (m *metricsServer) start(relay *outbox.Relay, admin outboxdriver.Admin, tab
 
 // watchTables is TablesConfig.OnServe for `outbox relay --tables`: while
 // each table's relay runs, the gauges of its table and its relay's
-// readiness check, as start does for a relay of one table; they go when
-// the relay stops (its table gone). A watch that fails is logged: the
-// relay is served without it.
+// outbox_relay_ready, as start serves them for a relay of one table; they
+// go when the relay stops (its table gone). /readyz has no line per table
+// (one tenant's table must not fail the process's probe): watchTablesRelay
+// adds the tables relay's own. A watch that fails is logged: the relay is
+// served without it.
 func (m *metricsServer) watchTables(log *slog.Logger) func(outboxdriver.Store, *outbox.Relay) func() {
 	return func(store outboxdriver.Store, relay *outbox.Relay) func() {
 		table := store.Name()
-		var gauges interface{ Unregister() error }
+		var watches []interface{ Unregister() error }
 		if admin, ok := store.(outboxdriver.Admin); ok {
-			reg, err := m.observer.WatchTable(admin, table)
-			if err != nil {
+			if reg, err := m.observer.WatchTable(admin, table); err != nil {
 				log.Warn("outbox relay: not serving a table's gauges on /metrics", slog.String("table", table), slog.Any("error", err))
 			} else {
-				gauges = reg
+				watches = append(watches, reg)
 			}
 		}
-		if err := m.server.WatchRelay(relay, table); err != nil {
-			log.Warn("outbox relay: not serving a table's relay readiness on /metrics and /readyz", slog.String("table", table), slog.Any("error", err))
+		if reg, err := m.observer.WatchRelay(relay, table); err != nil {
+			log.Warn("outbox relay: not serving a table's relay readiness on /metrics", slog.String("table", table), slog.Any("error", err))
+		} else {
+			watches = append(watches, reg)
 		}
 		return func() {
-			m.server.UnwatchRelay(table)
-			if gauges != nil {
-				_ = gauges.Unregister()
+			for _, w := range watches {
+				_ = w.Unregister()
 			}
 		}
 	}
+}
+
+// watchTablesRelay adds the /readyz check of `outbox relay --tables`:
+// the tables relay runs and its latest listing of the tables succeeded.
+func (m *metricsServer) watchTablesRelay(tr *outbox.TablesRelay) {
+	m.server.AddReady("tables relay (runs, and its latest listing of the tables succeeded)", tr.Ready)
 }
 
 // serve serves the endpoints for the checks and gauges added since.

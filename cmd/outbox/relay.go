@@ -129,6 +129,7 @@ Publishers (--publisher); secrets in URLs are never logged:
 					return relayFlagError(err)
 				}
 				if metrics != nil {
+					metrics.watchTablesRelay(tr)
 					metrics.serve(logger)
 				}
 				return runUntilSignal(cmd.Context(), logger, shutdownTimeout, cc, tr.Run, tr.Shutdown)

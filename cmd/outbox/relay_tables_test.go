@@ -77,8 +77,9 @@ func TestRelayTablesServesEverySchemaThePatternMatches(t *testing.T) {
 }
 
 // `outbox relay --tables --metrics-addr` serves each table's gauges and
-// its relay's readiness while the table is served, and drops them once the
-// table is gone.
+// its relay's outbox_relay_ready while the table is served, and drops them
+// once the table is gone; /readyz has one check, the tables relay's, which
+// passes while it lists its tables, and no line per table.
 func TestRelayTablesServesEachTablesMetricsAndReadiness(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -101,28 +102,34 @@ func TestRelayTablesServesEachTablesMetricsAndReadiness(t *testing.T) {
 		done <- run(ctx, []string{"relay", "--database-url", url, "--tables", prefix + "_*.outbox", "--metrics-addr", addr,
 			"--poll-interval", "50ms", "--rescan-interval", "100ms"}, &out, &errOut)
 	}()
-	// What a scrape shows of a table: its pending gauge, its relay's
-	// ready gauge, its relay's line in /readyz.
-	shows := func(table string) (gauge, ready, readyz bool) {
+	// What a scrape shows of a table: its pending gauge and its relay's
+	// ready gauge at 1.
+	shows := func(table string) (gauge, ready bool) {
 		_, metrics := httpGet(addr, "/metrics")
-		_, checks := httpGet(addr, "/readyz")
-		return hasSeries(metrics, "outbox_pending_messages", table), hasSeries(metrics, "outbox_relay_ready", table),
-			strings.Contains(checks, "relay "+table+": ok")
+		return hasSeries(metrics, "outbox_pending_messages", table, ""), hasSeries(metrics, "outbox_relay_ready", table, " 1")
 	}
+	readyz := func() (int, string) { return httpGet(addr, "/readyz") }
 	a, b := tables[prefix+"_a"], tables[prefix+"_b"]
-	waitUntil(t, 20*time.Second, "both tables' gauges and ready relays", func() bool {
-		ga, ra, za := shows(a)
-		gb, rb, zb := shows(b)
-		code, _ := httpGet(addr, "/readyz")
-		return ga && ra && za && gb && rb && zb && code == 200
+	waitUntil(t, 20*time.Second, "both tables' gauges and ready relays, and /readyz 200", func() bool {
+		ga, ra := shows(a)
+		gb, rb := shows(b)
+		code, _ := readyz()
+		return ga && ra && gb && rb && code == 200
 	})
+	if _, body := readyz(); !strings.Contains(body, "tables relay") || strings.Contains(body, a) || strings.Contains(body, b) {
+		t.Errorf("/readyz: %q; want the tables relay's check and no line per table", body)
+	}
 	dropSchema(t, prefix+"_b")
-	waitUntil(t, 20*time.Second, "the gone table's gauges and check to go", func() bool {
-		gb, rb, zb := shows(b)
-		return !gb && !rb && !zb
+	waitUntil(t, 20*time.Second, "the gone table's gauges to go", func() bool {
+		gb, _ := shows(b)
+		_, metrics := httpGet(addr, "/metrics")
+		return !gb && !hasSeries(metrics, "outbox_relay_ready", b, "")
 	})
-	if ga, ra, za := shows(a); !ga || !ra || !za {
-		t.Errorf("after the other table went, table %s shows gauge %v, ready gauge %v, ready check %v; want all", a, ga, ra, za)
+	if ga, ra := shows(a); !ga || !ra {
+		t.Errorf("after the other table went, table %s shows gauge %v, ready gauge %v; want both", a, ga, ra)
+	}
+	if code, body := readyz(); code != 200 {
+		t.Errorf("/readyz after a table went: %d %q; want 200", code, body)
 	}
 	cancel()
 	if code := <-done; code != 0 {
@@ -183,10 +190,11 @@ func TestStatusTablesShowsALinePerMatchingTable(t *testing.T) {
 }
 
 // hasSeries reports whether a Prometheus scrape has a sample of metric for
-// table.
-func hasSeries(scrape, metric, table string) bool {
+// table whose line ends with suffix (" 1": its value is 1).
+func hasSeries(scrape, metric, table, suffix string) bool {
 	for line := range strings.Lines(scrape) {
-		if strings.HasPrefix(line, metric+"{") && strings.Contains(line, `table="`+table+`"`) {
+		line = strings.TrimRight(line, "\n")
+		if strings.HasPrefix(line, metric+"{") && strings.Contains(line, `table="`+table+`"`) && strings.HasSuffix(line, suffix) {
 			return true
 		}
 	}

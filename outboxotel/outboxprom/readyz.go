@@ -76,36 +76,15 @@ func (s *Server) AddReady(name string, ready func() error) {
 // (outboxotel.Observer.WatchRelay) and adds relay.Ready to /readyz as
 // "relay <table>": the relay runs and one of its store calls (a claim, an
 // idle poll) succeeded within its ReadyWindow.
-// Watching a table's relay again replaces the one watched before.
 func (s *Server) WatchRelay(relay *outbox.Relay, table string) error {
-	gauge, err := s.observer.WatchRelay(relay, table)
-	if err != nil {
+	if _, err := s.observer.WatchRelay(relay, table); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	before := s.relayGauges[table]
-	s.relayGauges[table] = gauge
+	defer s.mu.Unlock()
 	s.checks["relay "+table] = check{ready: relay.Ready,
 		what: fmt.Sprintf("the relay of %s runs and a store call of it succeeded within its ready window, %s", table, relay.ReadyWindow())}
-	s.mu.Unlock()
-	if before != nil {
-		_ = before.Unregister()
-	}
 	return nil
-}
-
-// UnwatchRelay undoes WatchRelay for table, once its relay stopped for
-// good (a TablesRelay's table that is gone): its gauge is no longer
-// exported and its check leaves /readyz.
-func (s *Server) UnwatchRelay(table string) {
-	s.mu.Lock()
-	gauge := s.relayGauges[table]
-	delete(s.relayGauges, table)
-	delete(s.checks, "relay "+table)
-	s.mu.Unlock()
-	if gauge != nil {
-		_ = gauge.Unregister()
-	}
 }
 
 // checksDo is "n checks" with the verb agreeing with the number that leads

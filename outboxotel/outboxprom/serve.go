@@ -73,11 +73,8 @@ type Server struct {
 	provider *sdkmetric.MeterProvider
 	registry *prometheus.Registry
 
-	mu     sync.Mutex
-	checks map[string]check
-	// relayGauges are WatchRelay's gauge registrations, by table, for
-	// UnwatchRelay.
-	relayGauges map[string]metric.Registration
+	mu      sync.Mutex
+	checks  map[string]check
 	closed  bool
 	started bool
 	server  *http.Server
@@ -118,7 +115,7 @@ func Listen(addr string, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{log: cmp.Or(cfg.Logger, slog.Default()), observer: obs, provider: provider, registry: registry, checks: map[string]check{}, relayGauges: map[string]metric.Registration{}}
+	s := &Server{log: cmp.Or(cfg.Logger, slog.Default()), observer: obs, provider: provider, registry: registry, checks: map[string]check{}}
 	names := make([]string, 0, len(cfg.Consumers))
 	for name, ready := range cfg.Consumers {
 		if _, err := obs.WatchConsumer(ready, name); err != nil {
