@@ -176,15 +176,7 @@ func TestConsoleServesTheTablesAPatternMatches(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	prefix := pgtest.Schema(t)
-	for name, messages := range map[string]int{"a": 2, "b": 1} {
-		schema := prefix + "_" + name
-		t.Cleanup(func() { dropSchema(t, schema) })
-		db := []string{"--database-url", url, "--schema", schema}
-		mustCLI(t, append([]string{"migrate", "up"}, db...)...)
-		for range messages {
-			mustCLI(t, append([]string{"send", "--topic", "orders", "--payload", "{}"}, db...)...)
-		}
-	}
+	migrateTenants(t, url, prefix, map[string]int{"a": 2, "b": 1})
 	other := pgtest.Schema(t) // migrated, and not matched
 	mustCLI(t, "migrate", "up", "--database-url", url, "--schema", other)
 

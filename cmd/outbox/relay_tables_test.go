@@ -84,15 +84,7 @@ func TestRelayTablesServesEachTablesMetricsAndReadiness(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	prefix := pgtest.Schema(t)
-	tables := map[string]string{} // schema: its table's name in the metrics
-	for _, name := range []string{"a", "b"} {
-		schema := prefix + "_" + name
-		t.Cleanup(func() { dropSchema(t, schema) })
-		db := []string{"--database-url", url, "--schema", schema}
-		mustCLI(t, append([]string{"migrate", "up"}, db...)...)
-		mustCLI(t, append([]string{"send", "--topic", "orders", "--payload", "{}"}, db...)...)
-		tables[schema] = schema + ".outbox"
-	}
+	migrateTenants(t, url, prefix, map[string]int{"a": 1, "b": 1})
 	addr := freeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -109,7 +101,7 @@ func TestRelayTablesServesEachTablesMetricsAndReadiness(t *testing.T) {
 		return hasSeries(metrics, "outbox_pending_messages", table, ""), hasSeries(metrics, "outbox_relay_ready", table, " 1")
 	}
 	readyz := func() (int, string) { return httpGet(addr, "/readyz") }
-	a, b := tables[prefix+"_a"], tables[prefix+"_b"]
+	a, b := prefix+"_a.outbox", prefix+"_b.outbox"
 	waitUntil(t, 20*time.Second, "both tables' gauges and ready relays, and /readyz 200", func() bool {
 		ga, ra := shows(a)
 		gb, rb := shows(b)
@@ -144,15 +136,7 @@ func TestStatusTablesShowsALinePerMatchingTable(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	prefix := pgtest.Schema(t)
-	for name, messages := range map[string]int{"a": 2, "b": 1} {
-		schema := prefix + "_" + name
-		t.Cleanup(func() { dropSchema(t, schema) })
-		db := []string{"--database-url", url, "--schema", schema}
-		mustCLI(t, append([]string{"migrate", "up"}, db...)...)
-		for range messages {
-			mustCLI(t, append([]string{"send", "--topic", "orders", "--payload", "{}"}, db...)...)
-		}
-	}
+	migrateTenants(t, url, prefix, map[string]int{"a": 2, "b": 1})
 	pattern := prefix + "_*.outbox"
 	out := mustCLI(t, "status", "--database-url", url, "--tables", pattern)
 	row := regexp.MustCompile(`(?m)^(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\S+\s+(\d+)\s*$`)
@@ -186,6 +170,22 @@ func TestStatusTablesShowsALinePerMatchingTable(t *testing.T) {
 	delete(want, "total")
 	if doc.Pattern != pattern || !maps.Equal(got, want) {
 		t.Fatalf("status --tables --json: pattern %q, pending by table %v; want %q, %v", doc.Pattern, got, pattern, want)
+	}
+}
+
+// migrateTenants migrates the outbox table of schema PREFIX_NAME for each
+// name of messages, and sends it that many messages; the schemas are
+// dropped when the test ends.
+func migrateTenants(t *testing.T, url, prefix string, messages map[string]int) {
+	t.Helper()
+	for name, n := range messages {
+		schema := prefix + "_" + name
+		t.Cleanup(func() { dropSchema(t, schema) })
+		db := []string{"--database-url", url, "--schema", schema}
+		mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+		for range n {
+			mustCLI(t, append([]string{"send", "--topic", "orders", "--payload", "{}"}, db...)...)
+		}
 	}
 }
 
