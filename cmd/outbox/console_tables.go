@@ -53,6 +53,9 @@ func (g *globalFlags) openConsoleTables(ctx context.Context, names []string, all
 		if scheme := urlScheme(raw); scheme != "postgres" && scheme != "postgresql" {
 			return nil, usagef("--tables needs a PostgreSQL database URL (postgres://...); for SQLite or MySQL give --table, repeated, or --all-tables")
 		}
+		if g.schema != "" || g.table != "" {
+			return nil, usagef("--tables %q names the schemas and the table: leave out --schema and --table", pattern)
+		}
 	}
 	switch {
 	case allTables && len(names) > 0, pattern != "" && (allTables || len(names) > 0):

@@ -191,8 +191,13 @@ func TestConsoleServesTheTablesAPatternMatches(t *testing.T) {
 	if strings.Contains(index, other) {
 		t.Errorf("the index shows %s, which the pattern does not match", other)
 	}
-	code, _, stderr := cli(t, "console", "--database-url", url, "--tables", prefix+"_*.outbox", "--all-tables")
-	if code != 2 || !strings.Contains(stderr, "give one of --table, --all-tables and --tables") {
-		t.Errorf("console --tables --all-tables: exit %d, stderr %q; want exit 2 naming the three flags", code, stderr)
+	for _, tc := range []struct{ flags, want string }{
+		{"--all-tables", "give one of --table, --all-tables and --tables"},
+		{"--schema=" + other, "leave out --schema and --table"},
+	} {
+		code, _, stderr := cli(t, "console", "--database-url", url, "--tables", prefix+"_*.outbox", tc.flags)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("console --tables %s: exit %d, stderr %q; want exit 2 saying %q", tc.flags, code, stderr, tc.want)
+		}
 	}
 }
