@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/go-outbox/outbox"
@@ -22,7 +23,6 @@ import (
 // up, and hears of writes to all of them on one connection
 // (ListenForWrites). It is safe for concurrent use.
 type Tables struct {
-	like    string // the pattern as a LIKE pattern
 	opts    Options
 	pattern string // as given, for messages
 	pool    *pgxpool.Pool
@@ -70,7 +70,6 @@ func NewTables(pool *pgxpool.Pool, schemas string, opts Options) (*Tables, error
 		return nil, err
 	}
 	return &Tables{
-		like:    likePattern(schemas),
 		opts:    opts,
 		pattern: schemas,
 		pool:    pool,
@@ -127,6 +126,34 @@ const tablesQuery = `SELECT n.nspname
 	  AND n.nspname NOT LIKE 'pg\_%' ESCAPE '\' AND n.nspname <> 'information_schema'
 	ORDER BY n.nspname COLLATE "C"`
 
+// MatchingSchemas returns the schemas of pool's database whose names match
+// pattern, as NewTables takes it (* matches any run of characters), and
+// that hold a table named table, in name order: the tenants of a database
+// with a schema per tenant, for work across them other than a relay's (the
+// purge of each tenant's inbox table, say).
+func MatchingSchemas(ctx context.Context, pool *pgxpool.Pool, pattern, table string) ([]string, error) {
+	if err := checkSchemaPattern(pattern); err != nil {
+		return nil, err
+	}
+	if err := sqlident.Check("outboxpg.MatchingSchemas table", table, MaxTableLength); err != nil {
+		return nil, err
+	}
+	return matchingSchemas(ctx, pool, pattern, table)
+}
+
+// matchingSchemas is MatchingSchemas with its arguments checked.
+func matchingSchemas(ctx context.Context, pool *pgxpool.Pool, pattern, table string) ([]string, error) {
+	rows, err := pool.Query(ctx, tablesQuery, table, likePattern(pattern))
+	if err != nil {
+		return nil, fmt.Errorf("outboxpg: list the tables %s.%s: %w", pattern, table, err)
+	}
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("outboxpg: list the tables %s.%s: %w", pattern, table, err)
+	}
+	return schemas, nil
+}
+
 // Tables returns a Store for the table in each schema that matches the
 // pattern and holds a table of that name, in the order of the schemas'
 // names. A table is listed whatever its migration: a relay's start check
@@ -139,21 +166,9 @@ func (t *Tables) Tables(ctx context.Context) ([]outboxdriver.Store, error) {
 	t.scan.Lock()
 	defer t.scan.Unlock()
 	n, _ := t.opts.resolve() // validated by NewTables
-	rows, err := t.pool.Query(ctx, tablesQuery, n.table, t.like)
+	schemas, err := matchingSchemas(ctx, t.pool, t.pattern, n.table)
 	if err != nil {
-		return nil, fmt.Errorf("outboxpg: list the tables %s.%s: %w", t.pattern, n.table, err)
-	}
-	var schemas []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("outboxpg: list the tables %s.%s: %w", t.pattern, n.table, err)
-		}
-		schemas = append(schemas, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outboxpg: list the tables %s.%s: %w", t.pattern, n.table, err)
+		return nil, err
 	}
 
 	t.mu.Lock()

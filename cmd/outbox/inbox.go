@@ -86,13 +86,53 @@ Beside it, <inbox table>_parked keeps the messages consumers parked (see inbox p
 			},
 		},
 		newInboxStatusCommand(open),
-		newInboxPurgeCommand(open),
+		newInboxPurgeCommand(open, func(cmd *cobra.Command, pattern string) ([]inboxTable, func(), error) {
+			return g.openTenantInboxes(cmd.Context(), pattern, table)
+		}),
 		newInboxParkedCommand(open),
 	)
 	return cmd
 }
 
 type openInbox func(cmd *cobra.Command) (inboxTable, func(), error)
+
+// purgeInbox deletes t's records older than retention, batch at a time,
+// and says how many; it returns how many it deleted.
+func purgeInbox(cmd *cobra.Command, t inboxTable, retention time.Duration, batch int) (int, error) {
+	total := 0
+	for {
+		n, err := t.PurgeProcessed(cmd.Context(), retention, batch)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("purge %s: %w (%d records deleted before the failure)", t.Name(), err, total)
+		}
+		if n < batch {
+			break
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "deleted %d records of %s so far\n", total, t.Name())
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "deleted %d records of %s older than %s\n", total, t.Name(), retention)
+	return total, nil
+}
+
+// purgeEach purges every table in turn, going on past a table that fails,
+// and then reports the total and the failures.
+func purgeEach(cmd *cobra.Command, tables []inboxTable, pattern string, retention time.Duration, batch int) error {
+	total, failed := 0, 0
+	for _, t := range tables {
+		n, err := purgeInbox(cmd, t, retention, batch)
+		total += n
+		if err != nil {
+			failed++
+			fmt.Fprintf(cmd.ErrOrStderr(), "outbox: %v\n", err)
+		}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "deleted %d records of %d inbox tables in the schemas matching %s\n", total, len(tables), pattern)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d inbox tables could not be purged (above); the others were", failed, len(tables))
+	}
+	return nil
+}
 
 func newInboxStatusCommand(open openInbox) *cobra.Command {
 	var (
@@ -197,9 +237,13 @@ func withParkedOnly(stats []outboxdriver.InboxConsumerStats, parked map[string]i
 	return stats
 }
 
-func newInboxPurgeCommand(open openInbox) *cobra.Command {
+// openInboxes opens the inbox tables of every schema a pattern matches.
+type openInboxes func(cmd *cobra.Command, pattern string) ([]inboxTable, func(), error)
+
+func newInboxPurgeCommand(open openInbox, across openInboxes) *cobra.Command {
 	var retention time.Duration
 	var batch int
+	var schemas string
 	cmd := &cobra.Command{
 		Use:   "purge",
 		Short: "Delete the records older than the retention, in batches",
@@ -207,7 +251,11 @@ func newInboxPurgeCommand(open openInbox) *cobra.Command {
 its handling committed and the messages its handler wrote to the outbox were published. A record
 whose outgoing messages are still pending is kept. A message redelivered after its record is gone
 is applied again, so keep records far longer than the broker redelivers. Consumers can purge by
-themselves instead (outbox.PurgeInbox).`,
+themselves instead (outbox.PurgeInbox).
+
+With --schemas 'tenant_*' (PostgreSQL), it purges the inbox table of every schema the pattern
+matches, one after the other, each against the outbox table of its own schema; a table it cannot
+purge is reported and the others are purged all the same (the exit code is then 1).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if retention < 0 {
@@ -216,27 +264,24 @@ themselves instead (outbox.PurgeInbox).`,
 			if batch <= 0 {
 				return usagef("--batch %d: use a positive number of records, e.g. 1000", batch)
 			}
+			if schemas != "" {
+				tables, done, err := across(cmd, schemas)
+				if err != nil {
+					return err
+				}
+				defer done()
+				return purgeEach(cmd, tables, schemas, retention, batch)
+			}
 			t, done, err := open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			total := 0
-			for {
-				n, err := t.PurgeProcessed(cmd.Context(), retention, batch)
-				total += n
-				if err != nil {
-					return fmt.Errorf("%w (%d records deleted before the failure)", err, total)
-				}
-				if n < batch {
-					break
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "deleted %d records so far\n", total)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d records of %s older than %s\n", total, t.Name(), retention)
-			return nil
+			_, err = purgeInbox(cmd, t, retention, batch)
+			return err
 		},
 	}
+	cmd.Flags().StringVar(&schemas, "schemas", "", "PostgreSQL: purge the inbox table (--inbox-table) of every schema this pattern matches, where * matches any characters (e.g. 'tenant_*'), instead of --schema's")
 	cmd.Flags().DurationVar(&retention, "retention", outbox.InboxRetentionDefault, "keep records whose effects were complete less than this long ago")
 	cmd.Flags().IntVar(&batch, "batch", outbox.InboxPurgeBatchSizeDefault, "records deleted per statement")
 	return cmd

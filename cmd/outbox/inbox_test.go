@@ -141,3 +141,63 @@ func TestWatchWALOnSQLiteIsAUsageError(t *testing.T) {
 		t.Fatalf("relay --watch-wal on SQLite: exit %d, %q; want 2 naming the flag", code, errOut)
 	}
 }
+
+// `outbox inbox purge --schemas PATTERN` purges the inbox table of every
+// matching schema and leaves the others alone.
+func TestInboxPurgeAcrossTheSchemasAPatternMatches(t *testing.T) {
+	t.Parallel()
+	url, pool, prefix := pgtest.URL(t), pgtest.Pool(t), pgtest.Schema(t)
+	withRecord := func(schema string) {
+		t.Helper()
+		db := []string{"--database-url", url, "--schema", schema}
+		mustCLI(t, append([]string{"migrate", "up"}, db...)...)
+		mustCLI(t, append([]string{"inbox", "migrate"}, db...)...)
+		store, err := outboxpg.New(pool, outboxpg.Options{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		table, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inboxApplier(t, table, store)(t, uuid.Must(uuid.NewV7()), false)
+	}
+	for _, name := range []string{"a", "b"} {
+		schema := prefix + "_" + name
+		t.Cleanup(func() { dropSchema(t, schema) })
+		withRecord(schema)
+	}
+	other := pgtest.Schema(t)
+	withRecord(other)
+
+	out := mustCLI(t, "inbox", "purge", "--database-url", url, "--schemas", prefix+"_*", "--retention", "0s")
+	for _, want := range []string{
+		"deleted 1 records of " + prefix + "_a.processed_messages", "deleted 1 records of " + prefix + "_b.processed_messages",
+		"deleted 2 records of 2 inbox tables",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("inbox purge --schemas printed %q; want %q", out, want)
+		}
+	}
+	var st struct {
+		Consumers []struct{ Records int64 } `json:"consumers"`
+	}
+	if err := json.Unmarshal([]byte(mustCLI(t, "inbox", "status", "--json", "--database-url", url, "--schema", other)), &st); err != nil ||
+		len(st.Consumers) != 1 || st.Consumers[0].Records != 1 {
+		t.Errorf("the inbox of %s, which the pattern does not match: %+v, %v; want its record kept", other, st, err)
+	}
+	for _, tc := range []struct{ args, want string }{
+		{"--schemas=" + prefix + "_zz*", "no schema matching it has an inbox table"},
+		{"--schemas=Tenant_*", "lower-case letters"},
+		{"--schema=" + other, "leave out --schema"},
+	} {
+		args := []string{"inbox", "purge", "--database-url", url, tc.args}
+		if !strings.HasPrefix(tc.args, "--schemas") {
+			args = append(args, "--schemas", prefix+"_*")
+		}
+		code, _, stderr := cli(t, args...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("inbox purge %s: exit %d, stderr %q; want exit 2 saying %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/go-outbox/outbox"
@@ -69,4 +70,48 @@ func (g *globalFlags) openTables(ctx context.Context, schemas, table string, mod
 		return nil, nil, err
 	}
 	return src, pool.Close, nil
+}
+
+// openTenantInboxes opens the inbox table named table in every schema the
+// pattern matches (`outbox inbox purge --schemas`), on one pool that close
+// closes. A pattern matching no schema with that table is refused.
+func (g *globalFlags) openTenantInboxes(ctx context.Context, pattern, table string) (_ []inboxTable, done func(), err error) {
+	if g.schema != "" {
+		return nil, nil, usagef("--schemas %q names the schemas: leave out --schema", pattern)
+	}
+	raw, err := g.resolveURL()
+	if err != nil {
+		return nil, nil, err
+	}
+	if scheme := urlScheme(raw); scheme != "postgres" && scheme != "postgresql" {
+		return nil, nil, usagef("--schemas needs a PostgreSQL database URL (postgres://...); SQLite and MySQL have no schemas")
+	}
+	pool, err := connectPostgres(ctx, raw, storeMode{})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			pool.Close()
+		}
+	}()
+	schemas, err := outboxpg.MatchingSchemas(ctx, pool, pattern, table)
+	var config *outbox.ConfigError
+	switch {
+	case errors.As(err, &config):
+		return nil, nil, usagef("--schemas %q: %v", pattern, err)
+	case err != nil:
+		return nil, nil, err
+	case len(schemas) == 0:
+		return nil, nil, usagef("--schemas %q: no schema matching it has an inbox table %s; check the pattern and --inbox-table", pattern, table)
+	}
+	tables := make([]inboxTable, 0, len(schemas))
+	for _, schema := range schemas {
+		t, err := outboxpg.NewInboxTable(pool, outboxpg.InboxOptions{Schema: schema, Table: table})
+		if err != nil {
+			return nil, nil, err
+		}
+		tables = append(tables, t)
+	}
+	return tables, pool.Close, nil
 }
