@@ -31,9 +31,24 @@ import (
 // PostgreSQL once in between: every committed message of every tenant
 // published, in key order, none lost, and the tenant added mid-run served.
 func TestFaultTablesRelayKilledAndDatabaseRestarted(t *testing.T) {
+	killTablesRelaysAndRestartTheDatabase(t, "tables relay SIGKILL x4 + PostgreSQL restart, 30k messages, 4 tenants (1 migrated mid-run), key order")
+}
+
+// TestFaultTablesRelayWithTransactionLeasesKilledAndDatabaseRestarted is
+// the same with --transaction-leases: a killed relay's open claims, on
+// several tables, are rolled back with its connections.
+func TestFaultTablesRelayWithTransactionLeasesKilledAndDatabaseRestarted(t *testing.T) {
+	killTablesRelaysAndRestartTheDatabase(t, "tables relay SIGKILL x4 + PostgreSQL restart, 30k messages, 4 tenants (1 migrated mid-run), key order, transaction leases",
+		"--transaction-leases")
+}
+
+// killTablesRelaysAndRestartTheDatabase is the scenario of
+// TestFaultTablesRelayKilledAndDatabaseRestarted, its relays started with
+// relayArgs besides.
+func killTablesRelaysAndRestartTheDatabase(t *testing.T, name string, relayArgs ...string) {
 	ctl := pgControl(t)
 	const tenants, kills = 4, 4
-	s := newTablesScenario(t, "tables relay SIGKILL x4 + PostgreSQL restart, 30k messages, 4 tenants (1 migrated mid-run), key order", tenants)
+	s := newTablesScenario(t, name, tenants)
 	s.ordered = true
 	s.writePause = 10 * time.Millisecond // a flow that outlasts the faults
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -41,7 +56,7 @@ func TestFaultTablesRelayKilledAndDatabaseRestarted(t *testing.T) {
 	// Rescans every 500ms: some fail during the outage, and the tables
 	// already served must stay served. The relays start before the
 	// writers, so that the writers' flow outlasts the faults.
-	start := func() *clitest.Relay { return s.startRelay(s.url, "--rescan-interval", "500ms") }
+	start := func() *clitest.Relay { return s.startRelay(s.url, append([]string{"--rescan-interval", "500ms"}, relayArgs...)...) }
 	relays := []*clitest.Relay{start(), start()}
 	writeDone := make(chan error, 1)
 	go func() { writeDone <- s.write(ctx, 30000, 4) }()

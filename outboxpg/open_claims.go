@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -78,22 +79,30 @@ func (c *openClaimConn) Release() {
 // messages were dead letters (TestTransactionLeasesLeaveConnectionsForHandlersOnTheSamePool).
 var openClaimPlaces struct {
 	mu     sync.Mutex
-	byPool map[*pgxpool.Pool]chan struct{}
+	byPool map[*pgxpool.Pool]*poolPlaces
+}
+
+// poolPlaces are a pool's places for open claims, and whether the warning
+// that they ran out was logged: once per pool, not per table (a relay of
+// many tables shares one pool among them).
+type poolPlaces struct {
+	places chan struct{}
+	warned atomic.Bool
 }
 
 // openClaimPlacesOf returns pool's places, made on first use.
-func openClaimPlacesOf(pool *pgxpool.Pool) chan struct{} {
+func openClaimPlacesOf(pool *pgxpool.Pool) *poolPlaces {
 	openClaimPlaces.mu.Lock()
 	defer openClaimPlaces.mu.Unlock()
 	if openClaimPlaces.byPool == nil {
-		openClaimPlaces.byPool = map[*pgxpool.Pool]chan struct{}{}
+		openClaimPlaces.byPool = map[*pgxpool.Pool]*poolPlaces{}
 	}
-	places, ok := openClaimPlaces.byPool[pool]
+	p, ok := openClaimPlaces.byPool[pool]
 	if !ok {
-		places = make(chan struct{}, max(1, pool.Config().MaxConns/2))
-		openClaimPlaces.byPool[pool] = places
+		p = &poolPlaces{places: make(chan struct{}, max(1, pool.Config().MaxConns/2))}
+		openClaimPlaces.byPool[pool] = p
 	}
-	return places
+	return p
 }
 
 // storedRow is a claimed row as it was stored.
@@ -184,12 +193,12 @@ func (s *Store) exchangeOpen(ctx context.Context, settle outboxdriver.Settlement
 	case prev != nil:
 		conn = prev.conn
 	case claim.Limit > 0:
-		places := openClaimPlacesOf(s.pool)
+		p := openClaimPlacesOf(s.pool)
 		select {
-		case places <- struct{}{}:
-			conn = &openClaimConn{place: places}
+		case p.places <- struct{}{}:
+			conn = &openClaimConn{place: p.places}
 		default:
-			s.warnNoPlaceForOpenClaim()
+			s.warnNoPlaceForOpenClaim(p)
 			return s.exchangeLeased(ctx, settle, claim, s.leasedClaim)
 		}
 	}

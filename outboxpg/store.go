@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,8 +36,7 @@ type Store struct {
 	// leasedClaim, with TransactionLeases, is the claim that writes a
 	// lease instead, for when the pool has no place for another open
 	// claim (see openClaimPlaces).
-	leasedClaim   string
-	noPlaceWarned atomic.Bool // the warning that says so, logged once
+	leasedClaim string
 }
 
 // The interfaces Store implements.
@@ -114,10 +112,10 @@ func (s *Store) SettleAndClaim(ctx context.Context, settle outboxdriver.Settleme
 	return s.exchangeLeased(ctx, settle, claim, "")
 }
 
-// warnNoPlaceForOpenClaim tells, once, that the pool is too small for an
-// open claim per worker.
-func (s *Store) warnNoPlaceForOpenClaim() {
-	if s.noPlaceWarned.Swap(true) {
+// warnNoPlaceForOpenClaim tells, once per pool, that the pool p is too
+// small for an open claim per worker.
+func (s *Store) warnNoPlaceForOpenClaim(p *poolPlaces) {
+	if p.warned.Swap(true) {
 		return
 	}
 	s.logger().Warn("outboxpg: transaction leases: the pool has no place to hold another claim's transaction open, so this claim is leased by its columns instead (slower, safe). Claims hold at most half of the pool's connections, leaving the rest to handlers, writers and probes: set the pool's MaxConns (pool_max_conns in the URL) to at least twice the relay's Workers",

@@ -50,8 +50,6 @@ func (g *globalFlags) openTables(ctx context.Context, schemas, table string, mod
 		return nil, nil, usagef("--tables %q names the schemas and the table: leave out --schema and --table", schemas+"."+table)
 	case mode.watchWAL:
 		return nil, nil, usagef("--watch-wal takes a replication slot per table: not with --tables; the relays wake on NOTIFY (writers with Notify) and poll")
-	case mode.txLeases:
-		return nil, nil, usagef("--transaction-leases holds a connection per worker of every table: not with --tables yet")
 	}
 	raw, err := g.resolveURL()
 	if err != nil {
@@ -64,7 +62,7 @@ func (g *globalFlags) openTables(ctx context.Context, schemas, table string, mod
 	if err != nil {
 		return nil, nil, err
 	}
-	src, err := outboxpg.NewTables(pool, schemas, outboxpg.Options{Table: table, OrderByKey: mode.orderByKey, SkipDeadInKeyOrder: mode.skipDead})
+	src, err := outboxpg.NewTables(pool, schemas, outboxpg.Options{Table: table, OrderByKey: mode.orderByKey, SkipDeadInKeyOrder: mode.skipDead, TransactionLeases: mode.txLeases})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

@@ -19,6 +19,17 @@ import (
 // next rescan, and leaves alone a schema the pattern does not match.
 func TestRelayTablesServesEverySchemaThePatternMatches(t *testing.T) {
 	t.Parallel()
+	testRelayTables(t)
+}
+
+// The same with --transaction-leases: the tables' stores share the pool's
+// places for open claims.
+func TestRelayTablesWithTransactionLeasesServesEverySchemaThePatternMatches(t *testing.T) {
+	t.Parallel()
+	testRelayTables(t, "--transaction-leases")
+}
+
+func testRelayTables(t *testing.T, flags ...string) {
 	url := pgtest.URL(t)
 	prefix := pgtest.Schema(t) // a fresh name: the tenants' schemas start with it
 	tenant := func(name string) []string {
@@ -44,8 +55,8 @@ func TestRelayTablesServesEverySchemaThePatternMatches(t *testing.T) {
 	var out, errOut clitest.LockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"relay", "--database-url", url, "--tables", prefix + "_*.outbox",
-			"--poll-interval", "50ms", "--rescan-interval", "100ms"}, &out, &errOut)
+		done <- run(ctx, append([]string{"relay", "--database-url", url, "--tables", prefix + "_*.outbox",
+			"--poll-interval", "50ms", "--rescan-interval", "100ms"}, flags...), &out, &errOut)
 	}()
 	waitPublished := func(what string, ids ...string) {
 		t.Helper()
@@ -215,7 +226,6 @@ func TestRelayTablesRefusesTheFlagsItCannotWorkWith(t *testing.T) {
 		{[]string{"--database-url", url, "--tables", ".outbox"}, "use SCHEMA.TABLE"},
 		{[]string{"--database-url", url, "--tables", "t_*.out*"}, "use SCHEMA.TABLE"},
 		{[]string{"--database-url", url, "--tables", "t_*", "--watch-wal"}, "--watch-wal"},
-		{[]string{"--database-url", url, "--tables", "t_*", "--transaction-leases"}, "--transaction-leases"},
 		{[]string{"--database-url", url, "--tables", "t_*", "--rescan-interval", "0s"}, "--rescan-interval"},
 		{[]string{"--database-url", url, "--rescan-interval", "1m"}, "give it with --tables"},
 		{[]string{"--database-url", url, "--tables", "Tenant_*"}, "lower-case letters"},
