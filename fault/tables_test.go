@@ -56,7 +56,9 @@ func killTablesRelaysAndRestartTheDatabase(t *testing.T, name string, relayArgs 
 	// Rescans every 500ms: some fail during the outage, and the tables
 	// already served must stay served. The relays start before the
 	// writers, so that the writers' flow outlasts the faults.
-	start := func() *clitest.Relay { return s.startRelay(s.url, append([]string{"--rescan-interval", "500ms"}, relayArgs...)...) }
+	start := func() *clitest.Relay {
+		return s.startRelay(s.url, append([]string{"--rescan-interval", "500ms"}, relayArgs...)...)
+	}
 	relays := []*clitest.Relay{start(), start()}
 	writeDone := make(chan error, 1)
 	go func() { writeDone <- s.write(ctx, 30000, 4) }()
