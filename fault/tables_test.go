@@ -53,9 +53,8 @@ func killTablesRelaysAndRestartTheDatabase(t *testing.T, name string, relayArgs 
 	s.writePause = 10 * time.Millisecond // a flow that outlasts the faults
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	// Rescans every 500ms: some fail during the outage, and the tables
-	// already served must stay served. The relays start before the
-	// writers, so that the writers' flow outlasts the faults.
+	// Rescans every 500ms: some fail during the outage. The relays start
+	// before the writers, so that the writers' flow outlasts the faults.
 	start := func() *clitest.Relay {
 		return s.startRelay(s.url, append([]string{"--rescan-interval", "500ms"}, relayArgs...)...)
 	}
