@@ -33,7 +33,7 @@ type TablesConfig struct {
 	RescanInterval time.Duration
 	// OnServe, if set, is called with each table's store and relay before
 	// the relay runs, to watch what a process serving one table watches:
-	// its metrics and readiness (the CLI's --metrics-addr does). The
+	// its gauges, say (the CLI's --metrics-addr does). The
 	// function it returns, if not nil, is called once that relay's Run has
 	// returned (its table gone, the relay failed to start, or the
 	// TablesRelay stopping), before a relay of the same table can start
@@ -171,11 +171,7 @@ func (t *TablesRelay) Run(ctx context.Context) error {
 		case <-timer.C:
 			t.dropFinished()
 			next := t.cfg.RescanInterval
-			err := t.rescan(ctx, &stopped)
-			t.mu.Lock()
-			t.listed, t.listErr = err == nil, err
-			t.mu.Unlock()
-			if err != nil {
+			if err := t.rescan(ctx, &stopped); err != nil {
 				// Asked again sooner than a rescan: a relay started while
 				// the database is down serves nothing until it answers.
 				retry = nextRescanRetry(retry, t.cfg.RescanInterval)
@@ -303,6 +299,9 @@ func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) error
 	stores, err := t.src.Tables(callCtx)
 	cancel()
 	if err != nil {
+		t.mu.Lock()
+		t.listed, t.listErr = false, err
+		t.mu.Unlock()
 		return err
 	}
 	listed := make(map[string]outboxdriver.Store, len(stores))
@@ -329,6 +328,7 @@ func (t *TablesRelay) rescan(ctx context.Context, stopped *sync.WaitGroup) error
 	t.warnedEmpty = len(listed) == 0
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.listed, t.listErr = true, nil // before the relays start: Ready is nil once they may publish
 	select {
 	case <-t.stopping:
 		return nil // Shutdown took the relays it saw; start no other

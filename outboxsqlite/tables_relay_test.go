@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,7 +215,10 @@ func TestTablesRelayServesATableListedAgainOnceItsOldRelayStopped(t *testing.T) 
 	pub := outbox.PublisherFunc(func(ctx context.Context, batch []outbox.Message) []error {
 		once.Do(func() {
 			close(entered)
-			<-release
+			select {
+			case <-release:
+			case <-ctx.Done(): // the test failed before it released
+			}
 		})
 		return rec.Publish(ctx, batch)
 	})
@@ -236,7 +240,11 @@ func TestTablesRelayServesATableListedAgainOnceItsOldRelayStopped(t *testing.T) 
 	}
 	tr := runTables(t, src, pub, outbox.TablesConfig{OnServe: onServe}, &relaytest.LogCapture{})
 	m := write(t, store)
-	<-entered // the first relay publishes m, and waits
+	select { // the first relay publishes m, and waits
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message not published within 10s")
+	}
 
 	src.set() // gone: its relay stops once its batch is done
 	for deadline := time.Now().Add(10 * time.Second); slices.Contains(tr.Tables(), store.Name()); time.Sleep(10 * time.Millisecond) {
@@ -265,11 +273,61 @@ func TestTablesRelayServesATableListedAgainOnceItsOldRelayStopped(t *testing.T) 
 	rec.WaitFor(t, 10*time.Second, "a message written once the table is served again", func() bool { return rec.Count(n.ID) == 1 })
 }
 
-// switchedTables lists the stores of its latest set, counting the calls.
+// Ready is nil while the latest listing of the tables succeeded: not after
+// a listing that failed, again once one succeeds, and not once Run returned.
+func TestTablesRelayIsReadyWhileItsLatestListingSucceeded(t *testing.T) {
+	t.Parallel()
+	src := &switchedTables{}
+	src.set(newStore(t, outboxsqlite.Options{Table: randomTable()}))
+	tr, err := outbox.NewTablesRelay(src, relaytest.NewRecorder(), outbox.TablesConfig{RescanInterval: 50 * time.Millisecond,
+		Relay: outbox.Config{Logger: slog.New(&relaytest.LogCapture{})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Ready() == nil {
+		t.Fatal("Ready() = nil before Run")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	waitReady := func(what string, ready bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); (tr.Ready() == nil) != ready; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Ready() = %v after 10s", what, tr.Ready())
+			}
+		}
+	}
+	waitReady("once the tables are listed", true)
+	src.fail(errors.New("database down (injected)"))
+	waitReady("after a listing failed", false)
+	if err := tr.Ready(); !strings.Contains(err.Error(), "database down (injected)") {
+		t.Errorf("Ready() = %v; want the listing's error", err)
+	}
+	src.fail(nil)
+	waitReady("once a listing succeeded again", true)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if tr.Ready() == nil {
+		t.Error("Ready() = nil after Run returned")
+	}
+}
+
+// switchedTables lists the stores of its latest set, counting the calls,
+// or fails with its error while one is set.
 type switchedTables struct {
 	mu     sync.Mutex
 	stores []outboxdriver.Store
+	err    error
 	calls  atomic.Int64
+}
+
+func (s *switchedTables) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
 }
 
 func (s *switchedTables) set(stores ...outboxdriver.Store) {
@@ -282,5 +340,8 @@ func (s *switchedTables) Tables(context.Context) ([]outboxdriver.Store, error) {
 	s.calls.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
 	return slices.Clone(s.stores), nil
 }

@@ -91,8 +91,8 @@ or --table); with neither table it refuses to start.
 table of another schema than --schema), and --all-tables every outbox table of --schema (or of the
 SQLite file), known by the TABLE_migrations table outbox migrate up writes beside it, and --tables
 'tenant_*.outbox' the tables of every schema the pattern matches, as outbox relay --tables finds
-them (once, at start). Each table's
-pages are then under /t/SCHEMA.TABLE/ (SQLite: /t/main.TABLE/), and / is an index of the tables
+them (once, at start). Each table's pages are then under /t/SCHEMA.TABLE/ (SQLite:
+/t/main.TABLE/), and / is an index of the tables
 with their pending, dead and oldest pending figures and their warnings. With one table the pages
 are at / as before. Logins, --read-only, the form token and the audit lines cover every table.
 
@@ -191,7 +191,7 @@ changed since the page was read.`,
 	// It shadows the global --table, which names one table.
 	cmd.Flags().StringArrayVar(&tables, "table", nil, "an outbox table to serve (default outbox); repeat it for several, each served under /t/SCHEMA.TABLE/ with an index of them at /; on PostgreSQL SCHEMA.TABLE names a table of another schema than --schema")
 	cmd.Flags().BoolVar(&allTables, "all-tables", false, "serve every outbox table of --schema (PostgreSQL) or of the file (SQLite): each table that has its TABLE_migrations table beside it")
-	cmd.Flags().StringVar(&tablesPattern, "tables", "", "PostgreSQL: serve every outbox table SCHEMA.TABLE matches, where * in SCHEMA matches any characters (e.g. 'tenant_*.outbox'), as `outbox relay --tables` serves them, found once at start")
+	cmd.Flags().StringVar(&tablesPattern, "tables", "", "PostgreSQL: serve every outbox table SCHEMA.TABLE matches, where * in SCHEMA matches any characters (e.g. 'tenant_*.outbox'), as outbox relay --tables finds them, once at start; the Inbox pages show the first matching schema's inbox table")
 	cmd.Flags().StringVar(&claimCheckURL, "claim-check", "", claimCheckFlagUsage+"; a discard deletes the messages' blobs too")
 	cmd.Flags().DurationVar(&stuckAfter, "stuck-after", consoleStuckAfter, "a key whose head waited longer is stuck, and pending messages this old with nothing published for as long are no progress (as for outbox status)")
 	return cmd

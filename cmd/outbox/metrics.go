@@ -12,8 +12,8 @@ import (
 )
 
 // metricsServer serves a relay's /metrics (Prometheus text format),
-// /healthz (the process answers) and /readyz (Relay.Ready), with
-// outboxprom, as an application would.
+// /healthz (the process answers) and /readyz (Relay.Ready, or with
+// --tables TablesRelay.Ready), with outboxprom, as an application would.
 type metricsServer struct {
 	observer *outboxotel.Observer
 	server   *outboxprom.Server

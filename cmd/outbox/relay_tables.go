@@ -56,7 +56,7 @@ func (g *globalFlags) openTables(ctx context.Context, schemas, table string, mod
 		return nil, nil, err
 	}
 	if scheme := urlScheme(raw); scheme != "postgres" && scheme != "postgresql" {
-		return nil, nil, usagef("--tables needs a PostgreSQL database URL (postgres://...); for SQLite or MySQL name each table with --table (a relay per table)")
+		return nil, nil, usagef("--tables needs a PostgreSQL database URL (postgres://...); SQLite and MySQL have no schemas: name each table with --table")
 	}
 	pool, err := connectPostgres(ctx, raw, mode)
 	if err != nil {

@@ -147,9 +147,16 @@ func TestStatusTablesShowsALinePerMatchingTable(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	prefix := pgtest.Schema(t)
-	migrateTenants(t, url, prefix, map[string]int{"a": 2, "b": 1})
+	migrateTenants(t, url, prefix, map[string]int{"a": 2, "b": 1, "c": 0})
+	// Tenant c's table is at an older migration, which a relay refuses.
+	if _, err := pgtest.Pool(t).Exec(t.Context(), `ALTER TABLE "`+prefix+`_c".outbox DROP COLUMN seq CASCADE`); err != nil {
+		t.Fatal(err)
+	}
 	pattern := prefix + "_*.outbox"
 	out := mustCLI(t, "status", "--database-url", url, "--tables", pattern)
+	if !strings.Contains(out, "WARNING: "+prefix+"_c.outbox: cannot read it: a relay refuses it") || !strings.Contains(out, "outbox migrate up --schema "+prefix+"_c") {
+		t.Errorf("status --tables: no warning that a relay refuses %s_c.outbox, naming the fix; output:\n%s", prefix, out)
+	}
 	row := regexp.MustCompile(`(?m)^(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\S+\s+(\d+)\s*$`)
 	pending := map[string]string{}
 	for _, m := range row.FindAllStringSubmatch(out, -1) {
@@ -158,6 +165,12 @@ func TestStatusTablesShowsALinePerMatchingTable(t *testing.T) {
 	want := map[string]string{prefix + "_a.outbox": "2", prefix + "_b.outbox": "1", "total": "3"}
 	if !maps.Equal(pending, want) {
 		t.Fatalf("status --tables: pending by table %v, want %v; output:\n%s", pending, want, out)
+	}
+	if code, _, stderr := cli(t, "status", "--database-url", url, "--tables", pattern, "--stuck-keys", "3"); code != 2 || !strings.Contains(stderr, "not with --tables") {
+		t.Errorf("status --tables --stuck-keys: exit %d, stderr %q; want exit 2", code, stderr)
+	}
+	if out := mustCLI(t, "status", "--database-url", url, "--tables", prefix+"_none*.outbox"); !strings.Contains(out, "WARNING: no schema matching") {
+		t.Errorf("status --tables matching nothing printed %q; want a warning", out)
 	}
 	for _, table := range []string{prefix + "_a.outbox", prefix + "_b.outbox"} {
 		if !strings.Contains(out, "WARNING: "+table+": ") || !strings.Contains(out, "no live relay") {
@@ -169,6 +182,7 @@ func TestStatusTablesShowsALinePerMatchingTable(t *testing.T) {
 		Tables  []struct {
 			Table   string
 			Pending int
+			Error   string
 		}
 	}
 	if err := json.Unmarshal([]byte(mustCLI(t, "status", "--database-url", url, "--tables", pattern, "--json")), &doc); err != nil {
@@ -176,8 +190,13 @@ func TestStatusTablesShowsALinePerMatchingTable(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, table := range doc.Tables {
+		if table.Error != "" {
+			got[table.Table] = "error"
+			continue
+		}
 		got[table.Table] = fmt.Sprint(table.Pending)
 	}
+	want[prefix+"_c.outbox"] = "error"
 	delete(want, "total")
 	if doc.Pattern != pattern || !maps.Equal(got, want) {
 		t.Fatalf("status --tables --json: pattern %q, pending by table %v; want %q, %v", doc.Pattern, got, pattern, want)

@@ -42,6 +42,9 @@ totals, and each table's warnings; ` + "`outbox status --schema S`" + ` shows on
 				return usagef("--stuck-keys %d: use 0 or more", stuckKeys)
 			}
 			if tables != "" {
+				if cmd.Flags().Changed("stuck-keys") {
+					return usagef("--stuck-keys lists one table's stuck keys: not with --tables; use outbox status --schema S for a table's")
+				}
 				return statusOfPattern(cmd, g, tables, stuckAfter, asJSON)
 			}
 			b, err := g.openReady(cmd.Context(), storeMode{})
@@ -92,7 +95,7 @@ totals, and each table's warnings; ` + "`outbox status --schema S`" + ` shows on
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().DurationVar(&stuckAfter, "stuck-after", 5*time.Minute, "a key whose head waited longer is stuck, and pending messages this old with nothing published for as long are no progress")
 	cmd.Flags().IntVar(&stuckKeys, "stuck-keys", 5, "how many stuck keys to list, the longest waiting first")
-	cmd.Flags().StringVar(&tables, "tables", "", "PostgreSQL: a line for each outbox table SCHEMA.TABLE matches, where * in SCHEMA matches any characters (e.g. 'tenant_*.outbox'), as `outbox relay --tables` serves them")
+	cmd.Flags().StringVar(&tables, "tables", "", "PostgreSQL: a line for each outbox table SCHEMA.TABLE matches, where * in SCHEMA matches any characters (e.g. 'tenant_*.outbox'), as outbox relay --tables finds them; not with --stuck-keys")
 	return cmd
 }
 

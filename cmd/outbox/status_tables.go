@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -33,6 +34,15 @@ func statusOfTables(ctx context.Context, stores []outboxdriver.Store, stuckAfter
 			out = append(out, ts)
 			continue
 		}
+		if checker, ok := s.(outboxdriver.SchemaChecker); ok {
+			// As the relay's start check: a table it refuses is said to
+			// be refused, not shown as if its relays had stopped.
+			if err := checker.CheckSchema(ctx); err != nil {
+				ts.err = fmt.Errorf("a relay refuses it: %w (run `outbox migrate up --schema %s`)", err, schemaOf(s.Name()))
+				out = append(out, ts)
+				continue
+			}
+		}
 		if ts.stats, ts.err = admin.Stats(ctx); ts.err == nil {
 			ts.relays = readRelays(ctx, admin)
 			ts.warnings = nonEmpty(ts.relays.alarm(ts.stats.Pending), noProgress(ts.stats, ts.relays, stuckAfter))
@@ -47,6 +57,7 @@ func statusOfTables(ctx context.Context, stores []outboxdriver.Store, stuckAfter
 func printTablesStatus(w io.Writer, pattern string, tables []tableStatus) {
 	fmt.Fprintf(w, "tables          %d matching %s\n", len(tables), pattern)
 	if len(tables) == 0 {
+		fmt.Fprintf(w, "WARNING: no schema matching %s has the table: check the pattern, or create the tables with `outbox migrate up --schema S`\n", pattern)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
@@ -58,7 +69,7 @@ func printTablesStatus(w io.Writer, pattern string, tables []tableStatus) {
 			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\n", t.name)
 			continue
 		}
-		relays := "?"
+		relays := "?" // the registry could not be read: its warning follows
 		if t.relays.err == nil {
 			relays = fmt.Sprint(t.relays.live)
 			live += t.relays.live
@@ -74,6 +85,9 @@ func printTablesStatus(w io.Writer, pattern string, tables []tableStatus) {
 	for _, t := range tables {
 		if t.err != nil {
 			fmt.Fprintf(w, "WARNING: %s: cannot read it: %v\n", t.name, t.err)
+		}
+		if t.err == nil && t.relays.err != nil {
+			fmt.Fprintf(w, "WARNING: %s: its relays are unknown: %v\n", t.name, t.relays.err)
 		}
 		for _, warning := range t.warnings {
 			fmt.Fprintf(w, "WARNING: %s: %s\n", t.name, warning)
@@ -97,4 +111,10 @@ func encodeTablesStatus(w io.Writer, pattern string, tables []tableStatus) error
 		})
 	}
 	return json.NewEncoder(w).Encode(map[string]any{"pattern": pattern, "tables": list})
+}
+
+// schemaOf is the schema of a table named SCHEMA.TABLE.
+func schemaOf(name string) string {
+	schema, _, _ := strings.Cut(name, ".")
+	return schema
 }
